@@ -1,0 +1,3 @@
+from queue_controller.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Typed models of the queue-controller.io custom resources."""

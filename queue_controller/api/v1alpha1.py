@@ -1,0 +1,169 @@
+"""``queue-controller.io/v1alpha1``: TeamQuota, Queue and PodGroup as pydantic models.
+
+These mirror the CRD schemas in ``crds/`` (a test keeps the two in step), so
+an object read from a dump is held to the same rules the API server applies,
+and a violation names the field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from queue_controller.core.quantity import parse_quantity
+from queue_controller.core.resources import is_extended
+from queue_controller.errors import QuantityError
+
+GROUP = "queue-controller.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+def _quantity(value: Any) -> str | int:
+    try:
+        amount = parse_quantity(value)
+    except QuantityError as error:
+        raise ValueError(error.detail) from None
+    if amount < 0:
+        raise ValueError(f"{value!r} is negative; quotas are never below zero")
+    return value if isinstance(value, int) else str(value)
+
+
+Quantity = Annotated[str | int, BeforeValidator(_quantity)]
+NonNegative = Annotated[int, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    # Unknown fields are typos, and kubectl's strict field validation rejects them too.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ObjectMeta(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+    namespace: str = ""
+    uid: str = ""
+    creationTimestamp: datetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    ownerReferences: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ResourceLimits(_Strict):
+    nominal: Quantity
+    borrowingLimit: Quantity | None = None
+    lendingLimit: Quantity | None = None
+
+    @model_validator(mode="after")
+    def _lending_within_nominal(self) -> ResourceLimits:
+        if self.lendingLimit is not None and parse_quantity(self.lendingLimit) > parse_quantity(
+            self.nominal
+        ):
+            raise ValueError("lendingLimit cannot exceed nominal: a quota lends only its own")
+        return self
+
+
+class TeamQuotaSpec(_Strict):
+    cohort: str = ""
+    resources: dict[str, ResourceLimits] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _rules(self) -> TeamQuotaSpec:
+        for name, limits in self.resources.items():
+            if not name:
+                raise ValueError("resources: a resource name cannot be empty")
+            for field in ("nominal", "borrowingLimit", "lendingLimit"):
+                value = getattr(limits, field)
+                if value is None:
+                    continue
+                if is_extended(name) and parse_quantity(value).denominator != 1:
+                    raise ValueError(
+                        f"resources.{name}.{field}: {value!r} is not a whole number; "
+                        f"{name} is an extended resource and is counted in whole devices"
+                    )
+            if limits.borrowingLimit is not None and not self.cohort:
+                raise ValueError(
+                    f"resources.{name}.borrowingLimit: borrowing needs a cohort to borrow from"
+                )
+        return self
+
+
+class TeamQuota(_Strict):
+    apiVersion: Literal["queue-controller.io/v1alpha1"]
+    kind: Literal["TeamQuota"]
+    metadata: ObjectMeta
+    spec: TeamQuotaSpec
+    status: dict[str, Any] = Field(default_factory=dict)
+
+
+class QueueOrdering(StrEnum):
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+class RequeueSpec(_Strict):
+    backoffBaseSeconds: NonNegative = 60
+    backoffMaxSeconds: NonNegative = 3600
+    backoffLimit: NonNegative | None = None
+
+
+class QueueSpec(_Strict):
+    teamQuota: str = Field(min_length=1)
+    ordering: QueueOrdering = QueueOrdering.BEST_EFFORT_FIFO
+    podsReadyTimeoutSeconds: NonNegative | None = None
+    requeue: RequeueSpec = RequeueSpec()
+
+
+class Queue(_Strict):
+    apiVersion: Literal["queue-controller.io/v1alpha1"]
+    kind: Literal["Queue"]
+    metadata: ObjectMeta
+    spec: QueueSpec
+    status: dict[str, Any] = Field(default_factory=dict)
+
+
+class PodGroupPhase(StrEnum):
+    PENDING = "Pending"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    EVICTED = "Evicted"
+    FINISHED = "Finished"
+    FAILED = "Failed"
+
+
+class Condition(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    lastTransitionTime: datetime | None = None
+
+
+class PodGroupSpec(_Strict):
+    queue: str = Field(min_length=1)
+    minMember: NonNegative
+    timeoutSeconds: NonNegative | None = None
+
+
+class PodGroupStatus(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    phase: PodGroupPhase = PodGroupPhase.PENDING
+    conditions: list[Condition] = Field(default_factory=list)
+    placement: dict[str, NonNegative] = Field(default_factory=dict)
+    requeueCount: NonNegative = 0
+    requeueAt: datetime | None = None
+
+
+class PodGroup(_Strict):
+    apiVersion: Literal["queue-controller.io/v1alpha1"]
+    kind: Literal["PodGroup"]
+    metadata: ObjectMeta
+    spec: PodGroupSpec
+    status: PodGroupStatus = PodGroupStatus()

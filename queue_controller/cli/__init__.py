@@ -1,0 +1,48 @@
+"""The ``queue-controller`` command line.
+
+User mistakes (a bad file, a bad field) end with one line naming the object
+and the field, and exit code 2; they never end in a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from queue_controller import __version__
+from queue_controller.cli.plan import plan
+from queue_controller.errors import InputError, QueueControllerError
+
+EXIT_INPUT_ERROR = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="queue-controller")
+def cli() -> None:
+    """Gang admission for Kubernetes GPU clusters.
+
+    Jobs labelled with a queue are held suspended and admitted as whole gangs,
+    only when every member pod fits on a real node at once and the team quota
+    has room.
+    """
+
+
+cli.add_command(plan)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except InputError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(EXIT_INPUT_ERROR)
+    except QueueControllerError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)

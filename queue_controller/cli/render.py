@@ -1,0 +1,56 @@
+"""Tables for people (rich); the JSON forms live beside the data they render."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from queue_controller.core import Decision, Snapshot, Verdict
+
+_STYLE = {Verdict.ADMIT: "green", Verdict.PENDING: "yellow", Verdict.INVALID: "red"}
+
+
+def _placement(decision: Decision) -> str:
+    return ", ".join(f"{node}: {pods}" for node, pods in decision.placement.items())
+
+
+def decisions_table(
+    decisions: Sequence[Decision],
+    *,
+    snapshot: Snapshot,
+    skipped: int,
+    console: Console | None = None,
+) -> None:
+    console = console or Console()
+    table = Table(box=None, header_style="bold", pad_edge=False, expand=False)
+    table.add_column("#", justify="right")
+    table.add_column("WORKLOAD", no_wrap=True)
+    table.add_column("QUEUE", no_wrap=True)
+    table.add_column("DECISION", no_wrap=True)
+    table.add_column("REASON", no_wrap=True)
+    table.add_column("PLACEMENT / WHY")
+    for number, decision in enumerate(decisions, start=1):
+        style = _STYLE[decision.verdict]
+        detail = _placement(decision) if decision.verdict is Verdict.ADMIT else decision.message
+        table.add_row(
+            str(number),
+            escape(decision.workload),
+            escape(decision.queue),
+            f"[{style}]{decision.verdict.value}[/]",
+            decision.reason.value,
+            escape(detail),
+        )
+    console.print(table)
+    counts = Counter(d.verdict for d in decisions)
+    summary = (
+        f"{len(decisions)} pending gangs over {len(snapshot.nodes)} nodes: "
+        f"{counts[Verdict.ADMIT]} admit, {counts[Verdict.PENDING]} pending, "
+        f"{counts[Verdict.INVALID]} invalid"
+    )
+    if skipped:
+        summary += f" ({skipped} objects of other kinds skipped)"
+    console.print(summary)

@@ -1,0 +1,57 @@
+"""The pure admission core: model, fit, quota, ordering and the cycle.
+
+Nothing here performs I/O, reads a clock or imports a Kubernetes, database or
+metrics library; import-linter enforces that.  The controller, ``plan`` and
+the simulator all call :func:`schedule`.
+"""
+
+from queue_controller.core.cycle import CycleResult, schedule
+from queue_controller.core.decisions import Decision, Reason, Verdict
+from queue_controller.core.fit import EquivalenceIndex
+from queue_controller.core.model import (
+    BoundPod,
+    Container,
+    Node,
+    NodeSelectorTerm,
+    Ordering,
+    PodTemplate,
+    PriorityClass,
+    Queue,
+    RequeuePolicy,
+    ResourceQuota,
+    SelectorRequirement,
+    Snapshot,
+    Taint,
+    TeamQuota,
+    Toleration,
+    Workload,
+    WorkloadPhase,
+)
+from queue_controller.core.podscan import PodByPodPlacer
+
+__all__ = [
+    "BoundPod",
+    "Container",
+    "CycleResult",
+    "Decision",
+    "EquivalenceIndex",
+    "Node",
+    "NodeSelectorTerm",
+    "Ordering",
+    "PodByPodPlacer",
+    "PodTemplate",
+    "PriorityClass",
+    "Queue",
+    "Reason",
+    "RequeuePolicy",
+    "ResourceQuota",
+    "SelectorRequirement",
+    "Snapshot",
+    "Taint",
+    "TeamQuota",
+    "Toleration",
+    "Verdict",
+    "Workload",
+    "WorkloadPhase",
+    "schedule",
+]

@@ -1,0 +1,56 @@
+"""What a cycle decides about each gang, with reasons whose names never change.
+
+Reasons are part of the public surface: they appear in PodGroup conditions,
+events, metrics labels and ``plan`` output, and users alert on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Verdict(StrEnum):
+    ADMIT = "Admit"
+    PENDING = "Pending"
+    INVALID = "Invalid"
+
+
+class Reason(StrEnum):
+    # Admit
+    ADMITTED = "Admitted"
+    # Pending
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    NO_NODE_FIT = "NoNodeFit"
+    WAITING_FOR_HEAD = "WaitingForHead"
+    QUEUE_NOT_FOUND = "QueueNotFound"
+    TEAM_QUOTA_NOT_FOUND = "TeamQuotaNotFound"
+    BACKOFF = "Backoff"  # evicted earlier, requeued, and not yet due again
+    DEACTIVATED = "Deactivated"  # past the queue's backoffLimit; never retried
+    # Invalid
+    INVALID_SPEC = "InvalidSpec"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    workload: str  # "namespace/name"
+    queue: str
+    verdict: Verdict
+    reason: Reason
+    message: str
+    # Node -> member pods; only on Admit.
+    placement: Mapping[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``plan -o json`` shape: ``placement`` only appears on Admit."""
+        out: dict[str, object] = {
+            "workload": self.workload,
+            "queue": self.queue,
+            "decision": self.verdict.value,
+            "reason": self.reason.value,
+            "message": self.message,
+        }
+        if self.verdict is Verdict.ADMIT:
+            out["placement"] = dict(self.placement)
+        return out

@@ -1,0 +1,188 @@
+"""Frozen value types the core reasons about.
+
+These are deliberately close to the Kubernetes objects they come from, but
+carry only what admission needs.  Adapters (the dump reader, the controller)
+build them; the core never sees a raw API object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from queue_controller.core.quantity import QuantityInput
+from queue_controller.core.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty tolerates every effect
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Expressions within a term are ANDed; the terms of an affinity are ORed."""
+
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+    match_fields: tuple[SelectorRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """A container's declared resources, still as written (quantities unparsed).
+
+    Keeping them raw lets the core report a bad quantity as an invalid
+    workload, naming the container and resource, instead of failing the cycle.
+    """
+
+    name: str
+    requests: Mapping[str, QuantityInput] = field(default_factory=dict)
+    limits: Mapping[str, QuantityInput] = field(default_factory=dict)
+    restart_policy: str = ""  # "Always" on an init container makes it a sidecar
+
+
+@dataclass(frozen=True, slots=True)
+class PodTemplate:
+    containers: tuple[Container, ...]
+    init_containers: tuple[Container, ...] = ()
+    overhead: Mapping[str, QuantityInput] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # None: no required node affinity.  Terms are ORed.
+    required_affinity: tuple[NodeSelectorTerm, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    priority_class_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    # Condition type -> status ("True", "False", "Unknown").
+    conditions: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    """A pod that holds node capacity unless it has terminated."""
+
+    namespace: str
+    name: str
+    node_name: str
+    request: Resources
+    phase: str = "Running"
+    # "namespace/name" of the workload this pod belongs to, if any.
+    workload: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceQuota:
+    nominal: int
+    borrowing_limit: int | None = None  # None: may borrow without limit
+    lending_limit: int | None = None  # None: may lend all of its nominal
+
+
+@dataclass(frozen=True, slots=True)
+class TeamQuota:
+    name: str
+    resources: Mapping[str, ResourceQuota]
+    cohort: str = ""
+
+
+class Ordering(StrEnum):
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+@dataclass(frozen=True, slots=True)
+class RequeuePolicy:
+    backoff_base_seconds: int = 60
+    backoff_max_seconds: int = 3600
+    backoff_limit: int | None = None  # None: requeue forever
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    namespace: str
+    name: str
+    team_quota: str
+    ordering: Ordering = Ordering.BEST_EFFORT_FIFO
+    pods_ready_timeout_seconds: int | None = None
+    requeue: RequeuePolicy = RequeuePolicy()
+
+
+class WorkloadPhase(StrEnum):
+    PENDING = "Pending"  # suspended, waiting for admission
+    ADMITTED = "Admitted"  # admitted and not finished: holds quota
+    FINISHED = "Finished"  # holds nothing, never admitted again
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One gang: a Job (or any job kind) whose pods are admitted all at once.
+
+    ``gang_size`` members must be placed together; ``pod_count`` pods run once
+    it is admitted and are what its quota is charged for.
+    """
+
+    namespace: str
+    name: str
+    queue: str
+    template: PodTemplate
+    gang_size: int
+    pod_count: int
+    phase: WorkloadPhase = WorkloadPhase.PENDING
+    created: float = 0.0  # seconds since the epoch
+    kind: str = "Job"
+    requeue_at: float | None = None
+    requeue_count: int = 0
+    deactivated: bool = False
+    # Where an admitted gang was planned to go (node -> pods), from its PodGroup.
+    placement: Mapping[str, int] = field(default_factory=dict)
+    # Set by an adapter when the object is unusable for a reason the core
+    # cannot see (for example a PodGroup that disagrees with its Job).
+    spec_error: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    global_default: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one admission cycle looks at.  ``now`` is the only clock the core has."""
+
+    nodes: tuple[Node, ...] = ()
+    pods: tuple[BoundPod, ...] = ()
+    workloads: tuple[Workload, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    quotas: tuple[TeamQuota, ...] = ()
+    priority_classes: tuple[PriorityClass, ...] = ()
+    now: float = 0.0

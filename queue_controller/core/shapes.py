@@ -1,0 +1,62 @@
+"""The shape of a gang member, and the outcome of trying to place a gang.
+
+Every member of a gang comes from one pod template, so the whole gang is
+"``count`` copies of one request under one set of constraints".  That is what
+lets placement reason about counts per node instead of pod by pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from queue_controller.core.model import PodTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class GangShape:
+    request: Mapping[str, int]  # per member, milli-units, zero amounts dropped
+    template: PodTemplate  # where members may go
+    constraint_key: Hashable  # equal keys: identical node eligibility
+    key: Hashable  # equal keys: identical members
+
+
+def shape_of(template: PodTemplate, request: Mapping[str, int]) -> GangShape:
+    constraint_key = (
+        tuple(sorted(template.node_selector.items())),
+        template.required_affinity,
+        tuple(sorted(set(template.tolerations), key=repr)),
+    )
+    request = {name: amount for name, amount in request.items() if amount}
+    return GangShape(
+        request=request,
+        template=template,
+        constraint_key=constraint_key,
+        key=(constraint_key, tuple(sorted(request.items()))),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    nodes: Mapping[str, int]  # node -> members
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    fits: int  # members that could be placed at once
+    needed: int
+    explanation: str
+
+
+class Placer(Protocol):
+    """Places whole gangs on nodes, as a transaction.
+
+    ``try_place`` changes nothing; ``commit`` applies a placement it returned.
+    A gang that is not committed is simply forgotten (Volcano's statement
+    discard, Kueue's forget-on-failure).
+    """
+
+    def try_place(self, shape: GangShape, count: int) -> Placement | Shortfall: ...
+
+    def commit(self, shape: GangShape, placement: Placement) -> None: ...

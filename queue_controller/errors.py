@@ -1,0 +1,47 @@
+"""One rooted exception tree.
+
+Every error a user can cause derives from :class:`InputError` and carries the
+object and the field it is about, so the CLI can print one clear line instead
+of a traceback.  Anything else that escapes is a bug in this program.
+"""
+
+from __future__ import annotations
+
+
+class QueueControllerError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class InputError(QueueControllerError):
+    """Something the user gave us is wrong: a file, an object, a field or a setting.
+
+    ``where`` names the object (``Node/gpu-1``, ``document 3``) and ``field`` the
+    path inside it (``status.allocatable.cpu``); either may be empty when the
+    problem is with the whole input.
+    """
+
+    def __init__(self, detail: str, *, where: str = "", field: str = "") -> None:
+        self.detail = detail
+        self.where = where
+        self.field = field
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = [p for p in (self.where, self.field) if p]
+        prefix = ": ".join(parts)
+        return f"{prefix}: {self.detail}" if prefix else self.detail
+
+    def located(self, *, where: str = "", field_prefix: str = "") -> InputError:
+        """The same error, placed inside a larger object (used while descending a document)."""
+        field = ".".join(p for p in (field_prefix, self.field) if p)
+        located = type(self).__new__(type(self))
+        InputError.__init__(located, self.detail, where=where or self.where, field=field)
+        return located
+
+
+class QuantityError(InputError):
+    """A Kubernetes quantity that does not parse (``1.5.3``, ``ten``)."""
+
+
+class DumpError(InputError):
+    """A cluster dump that cannot be read: bad YAML, an unknown kind, a malformed object."""

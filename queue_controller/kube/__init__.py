@@ -1,0 +1,1 @@
+"""The Kubernetes adapter: raw API objects in, core model out."""

@@ -1,0 +1,236 @@
+"""Kubernetes objects (raw camelCase dicts) to core model values.
+
+Every function raises :class:`InputError` with the field path when the object
+is malformed; the caller adds which object or document it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from queue_controller.api import v1alpha1
+from queue_controller.core.model import (
+    BoundPod,
+    Container,
+    Node,
+    NodeSelectorTerm,
+    Ordering,
+    PodTemplate,
+    PriorityClass,
+    Queue,
+    RequeuePolicy,
+    ResourceQuota,
+    SelectorRequirement,
+    Taint,
+    TeamQuota,
+    Toleration,
+)
+from queue_controller.core.quantity import parse_milli
+from queue_controller.core.requests import InvalidSpecError, pod_request
+from queue_controller.errors import InputError, QuantityError
+from queue_controller.kube.fields import Obj, get, objects, strings
+
+_AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _resources(obj: Obj, path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, raw in get(obj, path, dict, {}).items():
+        try:
+            out[str(name)] = parse_milli(raw)
+        except QuantityError as error:
+            raise InputError(error.detail, field=f"{path}.{name}") from None
+    return out
+
+
+def _raw_quantities(obj: Obj, path: str) -> dict[str, Any]:
+    return dict(get(obj, path, dict, {}))
+
+
+def _container(obj: Obj) -> Container:
+    return Container(
+        name=get(obj, "name", str, ""),
+        requests=_raw_quantities(obj, "resources.requests"),
+        limits=_raw_quantities(obj, "resources.limits"),
+        restart_policy=get(obj, "restartPolicy", str, ""),
+    )
+
+
+def _requirements(term: Obj, path: str) -> tuple[SelectorRequirement, ...]:
+    out = []
+    for i, item in enumerate(objects(term, path)):
+        operator = get(item, "operator", str, "")
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
+            raise InputError(f"unknown operator {operator!r}", field=f"{path}[{i}].operator")
+        values = get(item, "values", list, [])
+        out.append(
+            SelectorRequirement(
+                key=get(item, "key", str, ""),
+                operator=operator,
+                values=tuple(str(v) for v in values),
+            )
+        )
+    return tuple(out)
+
+
+def _affinity(spec: Obj) -> tuple[NodeSelectorTerm, ...] | None:
+    required = get(spec, _AFFINITY, dict, {})
+    if not required:
+        return None
+    terms = []
+    for i, term in enumerate(objects(required, "nodeSelectorTerms")):
+        try:
+            terms.append(
+                NodeSelectorTerm(
+                    match_expressions=_requirements(term, "matchExpressions"),
+                    match_fields=_requirements(term, "matchFields"),
+                )
+            )
+        except InputError as error:
+            raise error.located(field_prefix=f"{_AFFINITY}.nodeSelectorTerms[{i}]") from None
+    return tuple(terms)
+
+
+def _toleration(obj: Obj) -> Toleration:
+    return Toleration(
+        key=get(obj, "key", str, ""),
+        operator=get(obj, "operator", str, "Equal"),
+        value=get(obj, "value", str, ""),
+        effect=get(obj, "effect", str, ""),
+    )
+
+
+def pod_template(spec: Obj) -> PodTemplate:
+    """A PodSpec (of a Pod, or of a Job's ``spec.template.spec``)."""
+    return PodTemplate(
+        containers=tuple(_container(c) for c in objects(spec, "containers")),
+        init_containers=tuple(_container(c) for c in objects(spec, "initContainers")),
+        overhead=_raw_quantities(spec, "overhead"),
+        node_selector=strings(spec, "nodeSelector"),
+        required_affinity=_affinity(spec),
+        tolerations=tuple(_toleration(t) for t in objects(spec, "tolerations")),
+        priority_class_name=get(spec, "priorityClassName", str, ""),
+    )
+
+
+def node(obj: Obj) -> Node:
+    status_key = (
+        "status.allocatable" if get(obj, "status.allocatable", dict, {}) else "status.capacity"
+    )
+    conditions = {
+        get(c, "type", str, ""): get(c, "status", str, "Unknown")
+        for c in objects(obj, "status.conditions")
+    }
+    return Node(
+        name=get(obj, "metadata.name", str, ""),
+        allocatable=_resources(obj, status_key),
+        labels=strings(obj, "metadata.labels"),
+        taints=tuple(
+            Taint(
+                key=get(t, "key", str, ""),
+                value=get(t, "value", str, ""),
+                effect=get(t, "effect", str, ""),
+            )
+            for t in objects(obj, "spec.taints")
+        ),
+        unschedulable=get(obj, "spec.unschedulable", bool, False),
+        conditions=conditions,
+    )
+
+
+def owning_job(obj: Obj) -> str:
+    """``namespace/name`` of the Job that owns a pod, or ``""``."""
+    namespace = get(obj, "metadata.namespace", str, "default")
+    for ref in objects(obj, "metadata.ownerReferences"):
+        if ref.get("kind") == "Job" and ref.get("controller", True):
+            return f"{namespace}/{get(ref, 'name', str, '')}"
+    labels = strings(obj, "metadata.labels")
+    name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+    return f"{namespace}/{name}" if name else ""
+
+
+def bound_pod(obj: Obj) -> BoundPod | None:
+    """A pod that sits on a node, with its effective request; None if unbound."""
+    node_name = get(obj, "spec.nodeName", str, "")
+    if not node_name:
+        return None
+    try:
+        request = pod_request(pod_template(get(obj, "spec", dict, {})))
+    except InvalidSpecError as error:
+        raise error.located(field_prefix="spec") from None
+    return BoundPod(
+        namespace=get(obj, "metadata.namespace", str, "default"),
+        name=get(obj, "metadata.name", str, ""),
+        node_name=node_name,
+        request=request,
+        phase=get(obj, "status.phase", str, "Pending"),
+        workload=owning_job(obj),
+    )
+
+
+def priority_class(obj: Obj) -> PriorityClass:
+    return PriorityClass(
+        name=get(obj, "metadata.name", str, ""),
+        value=get(obj, "value", int, 0),
+        global_default=get(obj, "globalDefault", bool, False),
+    )
+
+
+_Model = TypeVar("_Model", v1alpha1.TeamQuota, v1alpha1.Queue, v1alpha1.PodGroup)
+
+
+def _validated(model: type[_Model], obj: Obj) -> _Model:
+    try:
+        return model.model_validate(obj)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise InputError(first["msg"].removeprefix("Value error, "), field=field) from None
+
+
+def team_quota(obj: Obj) -> TeamQuota:
+    model = _validated(v1alpha1.TeamQuota, obj)
+
+    def milli(value: str | int | None) -> int | None:
+        return None if value is None else parse_milli(value)
+
+    return TeamQuota(
+        name=model.metadata.name,
+        cohort=model.spec.cohort,
+        resources={
+            name: ResourceQuota(
+                nominal=parse_milli(limits.nominal),
+                borrowing_limit=milli(limits.borrowingLimit),
+                lending_limit=milli(limits.lendingLimit),
+            )
+            for name, limits in model.spec.resources.items()
+        },
+    )
+
+
+def queue(obj: Obj) -> Queue:
+    model = _validated(v1alpha1.Queue, obj)
+    spec = model.spec
+    return Queue(
+        namespace=model.metadata.namespace or "default",
+        name=model.metadata.name,
+        team_quota=spec.teamQuota,
+        ordering=Ordering(spec.ordering.value),
+        pods_ready_timeout_seconds=spec.podsReadyTimeoutSeconds,
+        requeue=RequeuePolicy(
+            backoff_base_seconds=spec.requeue.backoffBaseSeconds,
+            backoff_max_seconds=spec.requeue.backoffMaxSeconds,
+            backoff_limit=spec.requeue.backoffLimit,
+        ),
+    )
+
+
+def pod_group(obj: Obj) -> v1alpha1.PodGroup:
+    return _validated(v1alpha1.PodGroup, obj)
+
+
+def labels_of(obj: Obj) -> Mapping[str, str]:
+    return strings(obj, "metadata.labels")
