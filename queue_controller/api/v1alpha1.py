@@ -23,6 +23,12 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 
 def _quantity(value: Any) -> str | int:
+    # int-or-string, as the CRD says: a YAML float (1.5) or a padded string is refused
+    # by the API server, so it is refused here too.
+    if isinstance(value, float):
+        raise ValueError(f"{value!r}: write a quantity as an integer or a string, such as '1500m'")
+    if isinstance(value, str) and value != value.strip():
+        raise ValueError(f"{value!r}: a quantity cannot have surrounding spaces")
     try:
         amount = parse_quantity(value)
     except QuantityError as error:
@@ -33,7 +39,10 @@ def _quantity(value: Any) -> str | int:
 
 
 Quantity = Annotated[str | int, BeforeValidator(_quantity)]
-NonNegative = Annotated[int, Field(ge=0)]
+# Strict: the API server rejects "600" where an integer belongs.
+NonNegative = Annotated[int, Field(ge=0, strict=True)]
+# A cohort name is a DNS-1123 label, as in the CRD.
+CohortName = Annotated[str, Field(max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")]
 
 
 class _Strict(BaseModel):
@@ -68,8 +77,9 @@ class ResourceLimits(_Strict):
 
 
 class TeamQuotaSpec(_Strict):
-    cohort: str = ""
-    resources: dict[str, ResourceLimits] = Field(default_factory=dict)
+    cohort: CohortName = ""
+    # At most 15: the CRD's CEL rules must stay within the API server's cost budget.
+    resources: dict[str, ResourceLimits] = Field(default_factory=dict, max_length=15)
 
     @model_validator(mode="after")
     def _rules(self) -> TeamQuotaSpec:
@@ -109,6 +119,12 @@ class RequeueSpec(_Strict):
     backoffBaseSeconds: NonNegative = 60
     backoffMaxSeconds: NonNegative = 3600
     backoffLimit: NonNegative | None = None
+
+    @model_validator(mode="after")
+    def _base_within_max(self) -> RequeueSpec:
+        if self.backoffBaseSeconds > self.backoffMaxSeconds:
+            raise ValueError("backoffBaseSeconds cannot exceed backoffMaxSeconds")
+        return self
 
 
 class QueueSpec(_Strict):

@@ -254,12 +254,13 @@ class EquivalenceIndex:
 
 def _fits(free: FreeVector, request: tuple[tuple[int, int], ...]) -> int:
     """Members that fit in ``free``: the tightest resource decides."""
-    most = -1
+    most: int | None = None
     for i, amount in request:
         n = free[i] // amount
-        if most < 0 or n < most:
+        if most is None or n < most:
             most = n
-    return max(most, 0)
+    # An overcommitted node (free below zero) takes nothing rather than "negative members".
+    return max(most or 0, 0)
 
 
 def _referenced_node_fields(shapes: Iterable[GangShape]) -> tuple[tuple[str, ...], bool]:

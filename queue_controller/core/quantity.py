@@ -58,7 +58,7 @@ def parse_quantity(value: QuantityInput) -> Fraction:
 # Manifests repeat the same few strings ("8", "64Gi") thousands of times.
 @lru_cache(maxsize=4096)
 def _parse_text(value: str) -> Fraction:
-    match = _QUANTITY.match(value.strip())
+    match = _QUANTITY.match(value)  # no surrounding spaces, as in apimachinery
     if match is None:
         raise QuantityError(f"{value!r} is not a quantity (examples: 2, 500m, 16Gi, 1e3)")
     number = Fraction(match["number"])
@@ -67,7 +67,7 @@ def _parse_text(value: str) -> Fraction:
     suffix = match["suffix"]
     if suffix in _BINARY:
         return number * _BINARY[suffix]
-    if suffix[:1] in ("e", "E"):
+    if len(suffix) > 1 and suffix[0] in "eE":  # a bare "E" is the exa suffix
         return number * Fraction(10) ** int(suffix[1:])
     return number * _DECIMAL[suffix]
 
