@@ -85,21 +85,21 @@ def _node_usage(
     that were planned onto it but are not bound yet: between admission and
     binding, the plan itself holds the capacity.
     """
-    used: dict[str, dict[str, int]] = defaultdict(dict)
+    used: dict[str, Counter[str]] = defaultdict(Counter)
     arrived: Counter[tuple[str, str]] = Counter()
     for pod in pods:
         if pod.workload:
             arrived[(pod.workload, pod.node_name)] += 1
         if pod.phase in TERMINATED_PHASES or not pod.node_name:
             continue
-        used[pod.node_name] = add(used[pod.node_name], pod.request)
+        used[pod.node_name].update(pod.request)
     for prepared in admitted:
         workload = prepared.workload
         for node, planned in workload.placement.items():
             waiting = planned - arrived[(workload.key, node)]
             if waiting > 0:
-                used[node] = add(used[node], scale(prepared.request, waiting))
-    return used
+                used[node].update(scale(prepared.request, waiting))
+    return {node: dict(amounts) for node, amounts in used.items()}
 
 
 class _Cycle:

@@ -23,14 +23,25 @@ free for bigger gangs without spreading gangs thin:
    every node but the last is filled to the gang's limit.
 
 Ties always break on class order and node name, so the result is deterministic.
+
+Why views: what a gang shape can get from a class (its capacity, and the
+buckets that can take a member) is computed once per ``(shape, class)`` and
+then *patched* as admissions move nodes between buckets.  Each class keeps a
+log of moves; a view replays the moves it has not seen when it is next asked
+(two integer divisions per move), or rebuilds if it has fallen far behind.
+A long tail of pending gangs then costs a few dictionary lookups each instead
+of a scan of the cluster, and an admission costs work in proportion to the
+nodes it touches and the shapes asked about afterwards.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import floordiv, itemgetter
+from typing import Any
 
 from queue_controller.core.explain import Scatter, explain_shortfall
 from queue_controller.core.model import Node
@@ -42,41 +53,99 @@ FreeVector = tuple[int, ...]
 
 
 @dataclass(slots=True)
+class _Request:
+    """A gang shape translated to the index's dimensions."""
+
+    pairs: tuple[tuple[int, int], ...]  # (dimension, amount), scarcest first
+    dims: Callable[[FreeVector], tuple[int, ...]]
+    amounts: tuple[int, ...]
+    foreign: tuple[int, ...]  # accelerator dimensions the gang does not use
+
+    def fits(self, free: FreeVector) -> int:
+        """Members that fit in ``free``: the tightest resource decides."""
+        # An overcommitted node (free below zero) takes nothing, not "negative members".
+        most: int = min(map(floordiv, self.dims(free), self.amounts))
+        return max(most, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _ClassShortfall:
+    """Per class, the material of a NoNodeFit message."""
+
+    usable_nodes: int
+    blocked: Mapping[str, int]  # "Insufficient <resource>" -> nodes
+    scarce_free: int  # the gang's scarcest resource, free over all nodes of the class
+    scarce_most: int  # ... and the most of it on any one node
+
+
+Rank = tuple[bool, tuple[int, ...], bool, int]
+
+
+@dataclass(slots=True)
+class _ClassView:
+    """What one gang shape can get from one class, kept current as nodes move."""
+
+    request: _Request
+    node_class: _NodeClass
+    capacity: int
+    # Bucket -> (members each of its nodes takes, > 0; its best-fit rank).
+    fitting: dict[FreeVector, tuple[int, Rank]]
+    hopeless: bool  # not even an empty node of the class takes a member
+    seen: int  # how much of the class's move log is applied
+    shortfall: _ClassShortfall | None = None  # built when a gang is refused
+
+    def rank(self, free: FreeVector) -> Rank:
+        """Best-fit order: the same for any member count, because subtracting the
+        same members from every bucket keeps their order."""
+        node_class = self.node_class
+        return (
+            # Would strand accelerators the gang cannot use.
+            any(free[i] > 0 for i in self.request.foreign if node_class.allocatable[i] > 0),
+            self.request.dims(free),  # least left of the gang's resources, scarcest first
+            free == node_class.allocatable,  # empty nodes last
+            node_class.index,
+        )
+
+    def moved(self, old: FreeVector, new: FreeVector, old_gone: bool) -> None:
+        before = self.fitting[old][0] if old in self.fitting else 0
+        after = self.request.fits(new)
+        self.capacity += after - before
+        if old_gone and before:
+            del self.fitting[old]
+        if after:
+            self.fitting[new] = (after, self.rank(new))
+
+
+@dataclass(slots=True)
 class _NodeClass:
     index: int
     sample: Node
     allocatable: FreeVector
     buckets: dict[FreeVector, list[str]] = field(default_factory=dict)
-    version: int = 0
+    views: dict[Hashable, _ClassView] = field(default_factory=dict)  # by shape key
+    # Every move so far: (old free, new free, whether the old bucket emptied).
+    moves: list[tuple[FreeVector, FreeVector, bool]] = field(default_factory=list)
 
     def add(self, name: str, free: FreeVector) -> None:
         insort(self.buckets.setdefault(free, []), name)
 
-    def remove(self, name: str, free: FreeVector) -> None:
-        names = self.buckets[free]
+    def move(self, name: str, old: FreeVector, new: FreeVector) -> None:
+        names = self.buckets[old]
         del names[bisect_left(names, name)]
-        if not names:
-            del self.buckets[free]
+        old_gone = not names
+        if old_gone:
+            del self.buckets[old]
+        self.add(name, new)
+        self.moves.append((old, new, old_gone))
+
+    def node_count(self) -> int:
+        return sum(map(len, self.buckets.values()))
 
 
 @dataclass(frozen=True, slots=True)
 class _Eligibility:
     classes: tuple[_NodeClass, ...]
     excluded: Mapping[str, int]  # exclusion -> node count
-
-
-@dataclass(slots=True)
-class _Candidate:
-    """One bucket as seen by one gang."""
-
-    node_class: _NodeClass
-    free: FreeVector
-    names: list[str]
-    capacity: int
-    taken: int = 0
-
-    def next_name(self) -> str:
-        return self.names[self.taken]
 
 
 class EquivalenceIndex:
@@ -93,7 +162,9 @@ class EquivalenceIndex:
             sorted({name for shape in shapes for name in shape.request}, key=scarcity_rank)
         )
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
-        self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
+        self._accelerator_dims = tuple(
+            i for i, name in enumerate(self._dims) if is_extended(name)
+        )
         label_keys, by_name = _referenced_node_fields(shapes)
         self._classes: list[_NodeClass] = []
         by_key: dict[Hashable, _NodeClass] = {}
@@ -120,9 +191,9 @@ class EquivalenceIndex:
             node_class.add(node.name, free)
             self._where[node.name] = (node_class, free)
         self._eligibility: dict[Hashable, _Eligibility] = {}
-        self._capacity: dict[Hashable, tuple[tuple[int, ...], int]] = {}
+        self._requests: dict[Hashable, _Request] = {}
 
-    # -- eligibility and capacity ------------------------------------------
+    # -- per shape, per class ------------------------------------------------
 
     def _eligible(self, shape: GangShape) -> _Eligibility:
         cached = self._eligibility.get(shape.constraint_key)
@@ -135,31 +206,63 @@ class EquivalenceIndex:
             if reason is None:
                 classes.append(node_class)
             else:
-                excluded[reason.describe()] += sum(map(len, node_class.buckets.values()))
+                excluded[reason.describe()] += node_class.node_count()
         result = _Eligibility(tuple(classes), excluded)
         self._eligibility[shape.constraint_key] = result
         return result
 
-    def _request(self, shape: GangShape) -> tuple[tuple[int, int], ...]:
-        return tuple(
+    def _request(self, shape: GangShape) -> _Request:
+        cached = self._requests.get(shape.key)
+        if cached is not None:
+            return cached
+        pairs = tuple(
             (self._dim_index[name], amount)
             for name, amount in sorted(shape.request.items(), key=lambda kv: scarcity_rank(kv[0]))
         )
+        used = {i for i, _ in pairs}
+        (first, _), *rest = pairs  # every request holds at least its pod slot
+        # itemgetter of one index returns a bare value; the arithmetic wants a tuple.
+        dims = itemgetter(*(i for i, _ in pairs)) if rest else (lambda free: (free[first],))
+        request = _Request(
+            pairs=pairs,
+            dims=dims,
+            amounts=tuple(a for _, a in pairs),
+            foreign=tuple(i for i in self._accelerator_dims if i not in used),
+        )
+        self._requests[shape.key] = request
+        return request
+
+    def _view(self, shape: GangShape, node_class: _NodeClass) -> _ClassView:
+        moves = node_class.moves
+        view = node_class.views.get(shape.key)
+        if view is not None:
+            behind = len(moves) - view.seen
+            if not behind or view.hopeless:
+                return view
+            if behind < len(node_class.buckets):
+                for move in moves[view.seen :]:
+                    view.moved(*move)
+                view.seen = len(moves)
+                view.shortfall = None
+                return view
+        request = self._request(shape)
+        # Not even an empty node of the class holds one member (an H100 gang
+        # against the MIG pool): nothing to scan, now or later.
+        hopeless = any(node_class.allocatable[i] < a for i, a in request.pairs)
+        view = _ClassView(request, node_class, 0, {}, hopeless, len(moves))
+        if not hopeless:
+            get, amounts = request.dims, request.amounts
+            for free, names in node_class.buckets.items():
+                fits = min(map(floordiv, get(free), amounts))
+                if fits > 0:
+                    view.capacity += fits * len(names)
+                    view.fitting[free] = (fits, view.rank(free))
+        node_class.views[shape.key] = view
+        return view
 
     def capacity(self, shape: GangShape) -> int:
         """How many members of ``shape`` the cluster could take at once right now."""
-        eligible = self._eligible(shape)
-        versions = tuple(c.version for c in eligible.classes)
-        cached = self._capacity.get(shape.key)
-        if cached is not None and cached[0] == versions:
-            return cached[1]
-        request = self._request(shape)
-        total = 0
-        for node_class in eligible.classes:
-            for free, names in node_class.buckets.items():
-                total += _fits(free, request) * len(names)
-        self._capacity[shape.key] = (versions, total)
-        return total
+        return sum(self._view(shape, c).capacity for c in self._eligible(shape).classes)
 
     # -- the Placer protocol -------------------------------------------------
 
@@ -174,52 +277,61 @@ class EquivalenceIndex:
         for name, members in placement.nodes.items():
             node_class, free = self._where[name]
             after = list(free)
-            for i, amount in request:
+            for i, amount in request.pairs:
                 after[i] -= amount * members
             new_free = tuple(after)
-            node_class.remove(name, free)
-            node_class.add(name, new_free)
-            node_class.version += 1
+            node_class.move(name, free, new_free)
             self._where[name] = (node_class, new_free)
 
     # -- choosing nodes ------------------------------------------------------
 
     def _choose(self, shape: GangShape, count: int) -> dict[str, int]:
-        request = self._request(shape)
-        requested = {i for i, _ in request}
-        foreign = tuple(i for i in self._accelerator_dims if i not in requested)
-        candidates = [
-            _Candidate(node_class, free, names, capacity)
-            for node_class in self._eligible(shape).classes
-            for free, names in node_class.buckets.items()
-            if (capacity := _fits(free, request)) > 0
+        if count <= 0:
+            return {}
+        views = [self._view(shape, c) for c in self._eligible(shape).classes]
+        # One node holds every member: best fit, in one pass (the common case).
+        best: tuple[Rank, str] | None = None
+        for view in views:
+            buckets = view.node_class.buckets
+            for free, (fits, rank) in view.fitting.items():
+                if fits >= count and (best is None or rank <= best[0]):
+                    candidate = (rank, buckets[free][0])
+                    if best is None or candidate < best:
+                        best = candidate
+        if best is not None:
+            return {best[1]: count}
+        return self._spread(views, count)
+
+    def _spread(self, views: list[_ClassView], count: int) -> dict[str, int]:
+        """A gang larger than any node: fill the biggest nodes, then best-fit the rest."""
+        request = views[0].request
+        # [rank, members per node, free, names, nodes taken]
+        buckets: list[list[Any]] = [
+            [rank, fits, free, view.node_class.buckets[free], 0]
+            for view in views
+            for free, (fits, rank) in view.fitting.items()
         ]
-
-        def leftover(c: _Candidate, members: int) -> tuple[object, ...]:
-            return (
-                any(c.free[i] > 0 for i in foreign),  # would strand other accelerators
-                tuple(c.free[i] - amount * members for i, amount in request),
-                c.free == c.node_class.allocatable,  # empty nodes last
-                c.node_class.index,
-                c.next_name(),
-            )
-
         placement: dict[str, int] = {}
         remaining = count
         while remaining > 0:
-            open_candidates = [c for c in candidates if c.taken < len(c.names)]
-            whole = [c for c in open_candidates if c.capacity >= remaining]
+            whole = [b for b in buckets if b[1] >= remaining and b[4] < len(b[3])]
             if whole:
-                best = min(whole, key=lambda c: leftover(c, remaining))
-                placement[best.next_name()] = remaining
-                best.taken += 1
+                best = min(whole, key=lambda b: (b[0], b[3][b[4]]))
+                placement[best[3][best[4]]] = remaining
                 break
-            biggest = min(open_candidates, key=lambda c: (-c.capacity, *leftover(c, c.capacity)))
-            nodes = min(len(biggest.names) - biggest.taken, remaining // biggest.capacity)
-            for _ in range(nodes):
-                placement[biggest.next_name()] = biggest.capacity
-                biggest.taken += 1
-            remaining -= nodes * biggest.capacity
+            open_buckets = [b for b in buckets if b[4] < len(b[3])]
+            most = max(b[1] for b in open_buckets)
+
+            def filled(b: list[Any], most: int = most) -> tuple[Any, ...]:
+                left = tuple(b[2][d] - a * most for d, a in request.pairs)
+                return (b[0][0], left, *b[0][2:], b[3][b[4]])
+
+            pick = min((b for b in open_buckets if b[1] == most), key=filled)
+            nodes = min(len(pick[3]) - pick[4], remaining // most)
+            for name in pick[3][pick[4] : pick[4] + nodes]:
+                placement[name] = most
+            pick[4] += nodes
+            remaining -= nodes * most
         return placement
 
     # -- explaining ----------------------------------------------------------
@@ -228,21 +340,15 @@ class EquivalenceIndex:
         eligible = self._eligible(shape)
         request = self._request(shape)
         blocked: Counter[str] = Counter(eligible.excluded)
-        usable = 0
-        scarce_index, scarce_amount = request[0]
-        total_free = most_free = 0
+        usable = total_free = most_free = 0
         for node_class in eligible.classes:
-            for free, names in node_class.buckets.items():
-                nodes = len(names)
-                if _fits(free, request) > 0:
-                    usable += nodes
-                limiting = min(request, key=lambda r: free[r[0]] // r[1])
-                blocked[f"Insufficient {self._dims[limiting[0]]}"] += nodes
-                spare = max(0, free[scarce_index])
-                total_free += spare * nodes
-                most_free = max(most_free, spare)
-        scarce = self._dims[scarce_index]
-        scatter = Scatter(scarce, total_free, most_free, scarce_amount)
+            part = self._class_shortfall(shape, node_class)
+            usable += part.usable_nodes
+            blocked.update(part.blocked)
+            total_free += part.scarce_free
+            most_free = max(most_free, part.scarce_most)
+        scarce_index, scarce_amount = request.pairs[0]
+        scatter = Scatter(self._dims[scarce_index], total_free, most_free, scarce_amount)
         return explain_shortfall(
             fits=fits,
             needed=count,
@@ -251,16 +357,26 @@ class EquivalenceIndex:
             scatter=scatter if most_free < scarce_amount else None,
         )
 
-
-def _fits(free: FreeVector, request: tuple[tuple[int, int], ...]) -> int:
-    """Members that fit in ``free``: the tightest resource decides."""
-    most: int | None = None
-    for i, amount in request:
-        n = free[i] // amount
-        if most is None or n < most:
-            most = n
-    # An overcommitted node (free below zero) takes nothing rather than "negative members".
-    return max(most or 0, 0)
+    def _class_shortfall(self, shape: GangShape, node_class: _NodeClass) -> _ClassShortfall:
+        view = self._view(shape, node_class)
+        if view.shortfall is not None:
+            return view.shortfall
+        request = view.request
+        scarce = request.pairs[0][0]
+        blocked: Counter[str] = Counter()
+        usable = total_free = most_free = 0
+        for free, names in node_class.buckets.items():
+            nodes = len(names)
+            if free in view.fitting:
+                usable += nodes
+            # The resource that runs out first; on a tie, the scarcest.
+            limiting = min(request.pairs, key=lambda r: max(free[r[0]] // r[1], 0))
+            blocked[f"Insufficient {self._dims[limiting[0]]}"] += nodes
+            spare = max(0, free[scarce])
+            total_free += spare * nodes
+            most_free = max(most_free, spare)
+        view.shortfall = _ClassShortfall(usable, blocked, total_free, most_free)
+        return view.shortfall
 
 
 def _referenced_node_fields(shapes: Iterable[GangShape]) -> tuple[tuple[str, ...], bool]:

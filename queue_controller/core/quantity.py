@@ -72,6 +72,20 @@ def _parse_text(value: str) -> Fraction:
     return number * _DECIMAL[suffix]
 
 
+@lru_cache(maxsize=8192)
+def _exact_and_milli(value: QuantityInput) -> tuple[Fraction, int]:
+    amount = parse_quantity(value)
+    return amount, to_milli(amount)
+
+
+def exact_and_milli(value: QuantityInput) -> tuple[Fraction, int]:
+    """The exact amount and its milli-units, memoised: manifests repeat a few values."""
+    try:
+        return _exact_and_milli(value)
+    except TypeError:  # unhashable (a list where a quantity belongs): not a quantity
+        raise QuantityError(f"{value!r} is not a quantity") from None
+
+
 def to_milli(amount: Fraction) -> int:
     """Milli-units, rounded up as Kubernetes does (``1n`` of CPU costs ``1m``)."""
     return math.ceil(amount * 1000)

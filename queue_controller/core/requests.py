@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from queue_controller.core.model import Container, PodTemplate
-from queue_controller.core.quantity import QuantityInput, parse_quantity, to_milli
+from queue_controller.core.quantity import QuantityInput, exact_and_milli
 from queue_controller.core.resources import ONE, PODS, add, is_extended
 from queue_controller.errors import InputError, QuantityError
 
@@ -21,14 +21,17 @@ class InvalidSpecError(InputError):
     """A pod template that Kubernetes would reject, or that could never be admitted."""
 
 
-def _parse_all(values: Mapping[str, QuantityInput], *, field: str) -> dict[str, Fraction]:
-    parsed: dict[str, Fraction] = {}
+def _parse_all(
+    values: Mapping[str, QuantityInput], *, field: str
+) -> dict[str, tuple[Fraction, int]]:
+    """Each quantity as (exact amount, milli-units)."""
+    parsed: dict[str, tuple[Fraction, int]] = {}
     for name, raw in values.items():
         try:
-            amount = parse_quantity(raw)
+            amount = exact_and_milli(raw)
         except QuantityError as error:
             raise InvalidSpecError(error.detail, field=f"{field}[{name}]") from None
-        if amount < 0:
+        if amount[0] < 0:
             raise InvalidSpecError(f"{raw!r} is negative", field=f"{field}[{name}]")
         parsed[name] = amount
     return parsed
@@ -44,7 +47,7 @@ def container_request(container: Container, *, field: str) -> dict[str, int]:
     where = f"{field}[{container.name}].resources"
     requests = _parse_all(container.requests, field=f"{where}.requests")
     limits = _parse_all(container.limits, field=f"{where}.limits")
-    for name, amount in requests.items():
+    for name, (amount, _) in requests.items():
         if not is_extended(name):
             continue
         if name not in limits:
@@ -53,22 +56,22 @@ def container_request(container: Container, *, field: str) -> dict[str, int]:
                 "extended resources need limits equal to requests",
                 field=f"{where}.limits[{name}]",
             )
-        if limits[name] != amount:
+        if limits[name][0] != amount:
             raise InvalidSpecError(
                 f"container {container.name!r} requests {_plain(amount)} {name} "
-                f"but limits it to {_plain(limits[name])}; extended resources "
+                f"but limits it to {_plain(limits[name][0])}; extended resources "
                 "cannot be overcommitted, so requests must equal limits",
                 field=f"{where}.requests[{name}]",
             )
     effective = {**limits, **requests}
-    for name, amount in effective.items():
+    for name, (amount, _) in effective.items():
         if is_extended(name) and amount.denominator != 1:
             raise InvalidSpecError(
                 f"container {container.name!r} asks for {_plain(amount)} {name}; "
                 "extended resources must be whole numbers",
                 field=f"{where}.limits[{name}]",
             )
-    return {name: to_milli(amount) for name, amount in effective.items() if amount}
+    return {name: milli for name, (_, milli) in effective.items() if milli}
 
 
 def _plain(amount: Fraction) -> str:
@@ -103,7 +106,7 @@ def pod_request(template: PodTemplate) -> dict[str, int]:
     overhead = _parse_all(template.overhead, field="overhead")
     total = add(
         _elementwise_max(add(app, sidecars), init_peak),
-        {name: to_milli(amount) for name, amount in overhead.items()},
+        {name: milli for name, (_, milli) in overhead.items()},
     )
     # kube-scheduler also counts each pod against the node's "pods" allocatable.
     total[PODS] = total.get(PODS, 0) + ONE

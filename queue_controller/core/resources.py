@@ -8,6 +8,7 @@ Absent names mean zero.  Vectors handed around the core are read-only
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
 Resources = Mapping[str, int]
 
@@ -37,6 +38,7 @@ def is_mig(name: str) -> bool:
     return name.startswith(MIG_PREFIX)
 
 
+@lru_cache(maxsize=1024)
 def scarcity_rank(name: str) -> tuple[int, str]:
     """Order in which resources are compared when choosing nodes and explaining shortfalls.
 
