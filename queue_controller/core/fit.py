@@ -192,6 +192,8 @@ class EquivalenceIndex:
             self._where[node.name] = (node_class, free)
         self._eligibility: dict[Hashable, _Eligibility] = {}
         self._requests: dict[Hashable, _Request] = {}
+        # (shape, members) -> (class move-log lengths when written, message)
+        self._messages: dict[tuple[Hashable, int], tuple[tuple[int, ...], str]] = {}
 
     # -- per shape, per class ------------------------------------------------
 
@@ -337,7 +339,19 @@ class EquivalenceIndex:
     # -- explaining ----------------------------------------------------------
 
     def _explain(self, shape: GangShape, count: int, fits: int) -> str:
+        # Gangs alike wait for the same reason until one of their classes changes.
         eligible = self._eligible(shape)
+        state = tuple(len(c.moves) for c in eligible.classes)
+        cached = self._messages.get((shape.key, count))
+        if cached is not None and cached[0] == state:
+            return cached[1]
+        message = self._describe_shortfall(shape, eligible, count, fits)
+        self._messages[(shape.key, count)] = (state, message)
+        return message
+
+    def _describe_shortfall(
+        self, shape: GangShape, eligible: _Eligibility, count: int, fits: int
+    ) -> str:
         request = self._request(shape)
         blocked: Counter[str] = Counter(eligible.excluded)
         usable = total_free = most_free = 0
