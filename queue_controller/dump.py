@@ -44,13 +44,38 @@ def read_file(path: str) -> str:
         raise DumpError(error.strerror or str(error), where=path) from None
 
 
+def decode(source: str, data: bytes) -> str:
+    """Dump bytes (standard input, say) as text, refused like a file when not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DumpError("is not UTF-8 text", where=source) from None
+
+
 def _documents(source: str, text: str) -> Iterator[tuple[int, Any]]:
     try:
         yield from enumerate(yaml.load_all(text, Loader=_Loader), start=1)
+    except yaml.reader.ReaderError as error:
+        # A character YAML forbids (a control character, say) comes with an offset
+        # (in bytes from libyaml, in characters from the pure-Python reader), not a
+        # mark.  The reader stops at the first one, so its first occurrence is the spot.
+        character = error.character
+        code = ord(character) if isinstance(character, str) else character
+        index = text.find(chr(code))
+        if index < 0:
+            index = min(error.position, len(text))
+        line = text.count("\n", 0, index) + 1
+        column = index - text.rfind("\n", 0, index)
+        raise DumpError(
+            f"not valid YAML: character #x{code:04x}: {error.reason}",
+            where=f"{source} line {line}, column {column}",
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{source} line {mark.line + 1}, column {mark.column + 1}" if mark else source
         problem = getattr(error, "problem", None) or str(error)
+        # One line, always: the CLI prints exactly one line per error.
+        problem = " ".join(problem.split())
         raise DumpError(f"not valid YAML: {problem}", where=where) from None
 
 

@@ -10,7 +10,7 @@ import click
 
 from queue_controller.cli.render import decisions_table
 from queue_controller.core import schedule
-from queue_controller.dump import bundled_example, load_snapshot, read_file
+from queue_controller.dump import bundled_example, decode, load_snapshot, read_file
 from queue_controller.errors import InputError
 
 
@@ -24,6 +24,15 @@ def _parse_now(value: str | None) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+def _read_stdin() -> str:
+    # As bytes, so that a dump that is not UTF-8 is refused like such a file, with
+    # one line, rather than failing inside the locale's text decoder or the YAML parser.
+    binary = getattr(sys.stdin, "buffer", None)
+    if binary is None:  # already text (a test harness, an embedding program)
+        return sys.stdin.read()
+    return decode("<stdin>", binary.read())
 
 
 @click.command()
@@ -65,7 +74,7 @@ def plan(files: tuple[str, ...], output: str, now: str | None, ignore_unknown: b
     and what is short), or Invalid.
     """
     sources = [
-        ("<stdin>", sys.stdin.read()) if path == "-" else (path, read_file(path)) for path in files
+        ("<stdin>", _read_stdin()) if path == "-" else (path, read_file(path)) for path in files
     ] or [bundled_example()]
     snapshot, skipped = load_snapshot(sources, now=_parse_now(now), ignore_unknown=ignore_unknown)
     result = schedule(snapshot)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from queue_controller.core import Decision, Snapshot, Verdict
@@ -25,14 +26,18 @@ def decisions_table(
     skipped: int,
     console: Console | None = None,
 ) -> None:
+    # Only a console of our own is widened; a caller's is used as it is.
+    piped = console is None
     console = console or Console()
+    piped = piped and not console.is_terminal
     table = Table(box=None, header_style="bold", pad_edge=False, expand=False)
     table.add_column("#", justify="right")
     table.add_column("WORKLOAD", no_wrap=True)
     table.add_column("QUEUE", no_wrap=True)
     table.add_column("DECISION", no_wrap=True)
     table.add_column("REASON", no_wrap=True)
-    table.add_column("PLACEMENT / WHY")
+    # Fold long words rather than cut them to "Insufficie…": the reason is the point.
+    table.add_column("PLACEMENT / WHY", overflow="fold")
     for number, decision in enumerate(decisions, start=1):
         style = _STYLE[decision.verdict]
         detail = _placement(decision) if decision.verdict is Verdict.ADMIT else decision.message
@@ -44,6 +49,11 @@ def decisions_table(
             decision.reason.value,
             escape(detail),
         )
+    if piped:
+        # Piped or redirected (a log, grep, CI): there is no screen to fit, so every row
+        # is printed whole on one line instead of squeezed into rich's default 80 columns.
+        natural = Measurement.get(console, console.options.update(width=1 << 16), table)
+        console = Console(width=max(natural.maximum, console.width))
     console.print(table)
     counts = Counter(d.verdict for d in decisions)
     summary = (

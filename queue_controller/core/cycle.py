@@ -219,7 +219,7 @@ class _Cycle:
         self.placer.commit(shape, outcome)
         nodes = len(outcome.nodes)
         message = (
-            f"{workload.gang_size} members placed on {nodes} node{'s' if nodes != 1 else ''}; "
+            f"{_count(workload.gang_size, 'member')} placed on {_count(nodes, 'node')}; "
             f"charged to TeamQuota {queue.team_quota}"
         )
         if borrowed:
@@ -247,6 +247,10 @@ class _Cycle:
             if after > before:
                 out.append(f"{format_milli(after - before, resource)} {resource}")
         return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _duration(seconds: float) -> str:

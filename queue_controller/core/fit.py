@@ -162,9 +162,7 @@ class EquivalenceIndex:
             sorted({name for shape in shapes for name in shape.request}, key=scarcity_rank)
         )
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
-        self._accelerator_dims = tuple(
-            i for i, name in enumerate(self._dims) if is_extended(name)
-        )
+        self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
         label_keys, by_name = _referenced_node_fields(shapes)
         self._classes: list[_NodeClass] = []
         by_key: dict[Hashable, _NodeClass] = {}
@@ -239,7 +237,11 @@ class EquivalenceIndex:
         view = node_class.views.get(shape.key)
         if view is not None:
             behind = len(moves) - view.seen
-            if not behind or view.hopeless:
+            if not behind:
+                return view
+            if view.hopeless:  # capacity stays 0, but the free totals it explains moved
+                view.seen = len(moves)
+                view.shortfall = None
                 return view
             if behind < len(node_class.buckets):
                 for move in moves[view.seen :]:

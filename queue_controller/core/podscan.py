@@ -93,7 +93,8 @@ class PodByPodPlacer:
             free = self._free[node.name]
             if all(free.get(r, 0) >= a for r, a in request):
                 usable += 1
-            limiting = min(request, key=lambda ra: free.get(ra[0], 0) // ra[1])
+            # The resource that runs out first; on a tie, the scarcest (as the index does).
+            limiting = min(request, key=lambda ra: max(free.get(ra[0], 0) // ra[1], 0))
             blocked[f"Insufficient {limiting[0]}"] += 1
             spare = max(0, free.get(scarce, 0))
             total_free += spare

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from queue_controller.api import v1alpha1
 from queue_controller.core.model import PodTemplate, Workload, WorkloadPhase
 from queue_controller.errors import InputError
-from queue_controller.kube.fields import Obj, get, objects, timestamp
+from queue_controller.kube.fields import Obj, epoch_seconds, get, objects, timestamp
 from queue_controller.kube.objects import labels_of, pod_template
 
 QUEUE_LABEL = "queue-controller.io/queue"
@@ -108,7 +108,8 @@ def workload(obj: Obj, kind: JobKind, group: v1alpha1.PodGroup | None) -> Worklo
             )
         status = group.status
         requeue_count = status.requeueCount
-        requeue_at = status.requeueAt.timestamp() if status.requeueAt else None
+        # epoch_seconds: a time written without a zone is UTC, not this machine's zone.
+        requeue_at = epoch_seconds(status.requeueAt) if status.requeueAt else None
         deactivated = status.phase is v1alpha1.PodGroupPhase.FAILED
         placement = dict(status.placement)
     if facts.finished:

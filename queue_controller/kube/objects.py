@@ -29,7 +29,7 @@ from queue_controller.core.model import (
     Toleration,
 )
 from queue_controller.core.quantity import parse_milli
-from queue_controller.core.requests import InvalidSpecError, pod_request
+from queue_controller.core.requests import pod_request
 from queue_controller.errors import InputError, QuantityError
 from queue_controller.kube.fields import Obj, get, objects, strings
 
@@ -159,7 +159,7 @@ def bound_pod(obj: Obj) -> BoundPod | None:
         return None
     try:
         request = pod_request(pod_template(get(obj, "spec", dict, {})))
-    except InvalidSpecError as error:
+    except InputError as error:
         raise error.located(field_prefix="spec") from None
     return BoundPod(
         namespace=get(obj, "metadata.namespace", str, "default"),

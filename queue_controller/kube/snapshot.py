@@ -87,14 +87,22 @@ def _collect_one(item: Located, into: _Collected) -> None:
         raise InputError(f"unsupported kind {obj.get('apiVersion')}/{kind}")
 
 
+def _identity(item: Located) -> tuple[str, str, str]:
+    """(kind, namespace, name): what makes an object unique in a cluster."""
+    try:
+        name = get(item.obj, "metadata.name", str, "")
+        namespace = get(item.obj, "metadata.namespace", str, "")
+    except InputError as error:
+        raise error.located(where=item.where) from None
+    if not name:
+        raise InputError("every object needs a name", where=item.where, field="metadata.name")
+    return str(item.obj.get("kind")), namespace, name
+
+
 def _check_unique(items: Iterable[Located]) -> None:
     seen: dict[tuple[str, str, str], str] = {}
     for item in items:
-        key = (
-            str(item.obj.get("kind")),
-            get(item.obj, "metadata.namespace", str, ""),
-            get(item.obj, "metadata.name", str, ""),
-        )
+        key = _identity(item)
         if key in seen:
             raise InputError(f"the same {key[0]} also appears at {seen[key]}", where=item.where)
         seen[key] = item.where
@@ -103,11 +111,9 @@ def _check_unique(items: Iterable[Located]) -> None:
 def build_snapshot(items: Iterable[Located], *, now: float) -> Snapshot:
     """Translate every object, or raise :class:`InputError` naming the first bad one."""
     items = list(items)
-    _check_unique(items)
+    _check_unique(items)  # also checks that every object has a name
     collected = _Collected()
     for item in items:
-        if not get(item.obj, "metadata.name", str, ""):
-            raise InputError("every object needs a name", where=item.where, field="metadata.name")
         try:
             _collect_one(item, collected)
         except InputError as error:
@@ -128,7 +134,10 @@ def _workloads(collected: _Collected) -> list[Workload]:
     out = []
     for item in collected.jobs:
         kind = jobs.JOB_KINDS[str(item.obj.get("kind"))]
-        out.append(jobs.workload(item.obj, kind, groups.find(item.obj)))
+        try:
+            out.append(jobs.workload(item.obj, kind, groups.find(item.obj)))
+        except InputError as error:  # metadata that even a broken job must get right
+            raise error.located(where=item.where) from None
     return out
 
 

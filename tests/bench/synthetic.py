@@ -144,9 +144,7 @@ def _template(pool: str, size: int, rng: random.Random) -> PodTemplate:
     shapes = SHAPES[pool]
     # Big gangs are made of big pods.
     resource, amount, cpu, mem = shapes[-1] if size >= 16 and pool == "h100" else rng.choice(shapes)
-    selector = (
-        {"nvidia.com/gpu.product": POOLS[pool][1]} if rng.random() < 0.7 else {}
-    )
+    selector = {"nvidia.com/gpu.product": POOLS[pool][1]} if rng.random() < 0.7 else {}
     return PodTemplate(
         containers=(
             Container(

@@ -13,7 +13,9 @@ from collections import defaultdict
 from queue_controller.core import Decision, Ordering, Snapshot, Verdict, WorkloadPhase
 from queue_controller.core.model import Node, PodTemplate, TeamQuota, Workload
 from queue_controller.core.nodes import exclusion, usable_allocatable
+from queue_controller.core.podscan import PodByPodPlacer
 from queue_controller.core.requests import pod_request
+from queue_controller.core.shapes import Shortfall, shape_of
 
 TERMINATED = {"Succeeded", "Failed"}
 
@@ -111,6 +113,19 @@ class Referee:
             if exclusion(node, template) is None:
                 total += _members_fitting(node, self.free[name], request)
         return total
+
+    def naive_explanation(self, workload: Workload, request: dict[str, int]) -> str:
+        """What the per-pod placer, built on the replayed state, says about this gang."""
+        used = {
+            name: {
+                r: usable_allocatable(node).get(r, 0) - left for r, left in self.free[name].items()
+            }
+            for name, node in self.nodes.items()
+        }
+        naive = PodByPodPlacer(list(self.nodes.values()), used)
+        outcome = naive.try_place(shape_of(workload.template, request), workload.gang_size)
+        assert isinstance(outcome, Shortfall)
+        return outcome.explanation
 
     # -- replay ----------------------------------------------------------------
 

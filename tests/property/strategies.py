@@ -32,10 +32,12 @@ POOLS = {
     "cpu": {"cpu": 32, "pods": 8},
 }
 POD_SHAPES = {
-    "h100": [(GPU, n) for n in (1, 2, 3, 4, 8)],
+    # 16 GPUs or 48 CPUs per pod: more than one node of the pool holds, so the
+    # index's "hopeless" views (and their explanations) are exercised too.
+    "h100": [(GPU, n) for n in (1, 2, 3, 4, 8, 16)],
     "a100-mig": [(MIG_SMALL, 1), (MIG_SMALL, 2), (MIG_BIG, 1)],
     "l4": [(SHARED, 1), (SHARED, 4)],
-    "cpu": [("cpu", 2)],
+    "cpu": [("cpu", 2), ("cpu", 48)],
 }
 
 
@@ -133,6 +135,9 @@ def pod_template(draw: st.DrawFn) -> PodTemplate:
 
 @st.composite
 def pending_gangs(draw: st.DrawFn, queue_names: list[str], prefix: str = "g") -> list[Workload]:
+    # Teams submit many jobs from a few templates: drawing from a small pool makes
+    # gangs of one shape recur, which is what the index's caches must get right.
+    templates = draw(st.lists(pod_template(), min_size=1, max_size=5))
     out = []
     for i in range(draw(st.integers(1, 16))):
         members = draw(st.integers(1, 6))
@@ -141,7 +146,7 @@ def pending_gangs(draw: st.DrawFn, queue_names: list[str], prefix: str = "g") ->
                 namespace="ns",
                 name=f"{prefix}{i}",
                 queue=draw(st.sampled_from([*queue_names, "missing"])),
-                template=draw(pod_template()),
+                template=draw(st.sampled_from(templates)),
                 gang_size=members,
                 pod_count=members + draw(st.sampled_from([0, 0, 0, 1])),
                 created=float(draw(st.integers(0, 5))),

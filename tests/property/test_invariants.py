@@ -132,5 +132,5 @@ def test_fast_and_naive_placers_agree_on_whether_a_gang_fits(
         fast = schedule(alone, placer=EquivalenceIndex).decisions[0]
         slow = schedule(alone, placer=PodByPodPlacer).decisions[0]
         assert (fast.verdict, fast.reason) == (slow.verdict, slow.reason)
-        if fast.verdict is Verdict.PENDING and fast.reason.value == "NoNodeFit":
-            assert fast.message.split(";")[0] == slow.message.split(";")[0]
+        if fast.verdict is Verdict.PENDING:
+            assert fast.message == slow.message

@@ -219,3 +219,19 @@ def test_both_placers_agree_on_simple_explanations() -> None:
     assert isinstance(fast, Shortfall)
     assert isinstance(slow, Shortfall)
     assert fast.explanation == slow.explanation
+
+
+def test_explanation_of_an_oversized_member_follows_later_admissions() -> None:
+    """A member larger than any node never fits, but the free GPUs it reports must stay current."""
+    nodes = [gpu_node(f"n{i}") for i in range(3)]
+    huge, whole = template(16), template(8)
+    placer = index(nodes, {}, huge, whole)
+    first = placer.try_place(shape(huge), 1)
+    assert isinstance(first, Shortfall)
+    assert "24 nvidia.com/gpu free on eligible nodes but at most 8" in first.explanation
+    taken = placer.try_place(shape(whole), 1)
+    assert isinstance(taken, Placement)
+    placer.commit(shape(whole), taken)
+    again = placer.try_place(shape(huge), 1)
+    assert isinstance(again, Shortfall)
+    assert "16 nvidia.com/gpu free on eligible nodes but at most 8" in again.explanation
