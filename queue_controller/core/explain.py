@@ -33,7 +33,7 @@ def explain_shortfall(
     needed: int,
     usable_nodes: int,
     blocked: Mapping[str, int],
-    scatter: Scatter | None,
+    scatter: Scatter,
 ) -> str:
     """Build the ``NoNodeFit`` message.
 
@@ -52,7 +52,9 @@ def explain_shortfall(
     parts = [f"{head}; binding constraint: {binding} ({_nodes(binding_nodes)})"]
     if len(ranked) > 1:
         parts.append("also " + ", ".join(f"{reason} ({_nodes(n)})" for reason, n in ranked[1:]))
-    if scatter is not None and scatter.total_free >= scatter.per_member:
+    # The fragmentation trap: enough free in total, yet no single node holds one member.
+    scattered = scatter.most_on_one_node < scatter.per_member <= scatter.total_free
+    if scattered:
         resource = scatter.resource
         parts.append(
             f"{format_milli(scatter.total_free, resource)} {resource} free on eligible nodes "

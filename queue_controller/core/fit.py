@@ -364,13 +364,12 @@ class EquivalenceIndex:
             total_free += part.scarce_free
             most_free = max(most_free, part.scarce_most)
         scarce_index, scarce_amount = request.pairs[0]
-        scatter = Scatter(self._dims[scarce_index], total_free, most_free, scarce_amount)
         return explain_shortfall(
             fits=fits,
             needed=count,
             usable_nodes=usable,
             blocked=blocked,
-            scatter=scatter if most_free < scarce_amount else None,
+            scatter=Scatter(self._dims[scarce_index], total_free, most_free, scarce_amount),
         )
 
     def _class_shortfall(self, shape: GangShape, node_class: _NodeClass) -> _ClassShortfall:

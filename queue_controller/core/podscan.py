@@ -99,11 +99,10 @@ class PodByPodPlacer:
             spare = max(0, free.get(scarce, 0))
             total_free += spare
             most_free = max(most_free, spare)
-        scatter = Scatter(scarce, total_free, most_free, per_member)
         return explain_shortfall(
             fits=fits,
             needed=count,
             usable_nodes=usable,
             blocked=blocked,
-            scatter=scatter if most_free < per_member else None,
+            scatter=Scatter(scarce, total_free, most_free, per_member),
         )
