@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck imports unit bench clean help
+.PHONY: run test lint typecheck imports unit cluster-test bench clean help \
+        cluster-build cluster-up cluster-down cluster-status
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,7 +20,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## The main job: plan admission over the bundled example cluster
 	$(BIN)/queue-controller plan
 
-test: lint typecheck imports unit  ## The whole test suite (what .ci/run calls)
+test: lint typecheck imports unit cluster-test  ## The whole test suite (what .ci/run calls)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -31,8 +32,25 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
-	$(BIN)/pytest -q
+unit: $(STAMP)  ## Tests that need no cluster
+	$(BIN)/pytest -q -m "not cluster"
+
+# The cluster tests start their own control plane (state in .cluster-test) and
+# stop it when they finish, pass or fail.
+cluster-test: $(STAMP) cluster-build  ## Smoke tests on the real local control plane
+	$(BIN)/pytest -q -m cluster
+
+cluster-build:  ## Build the control plane from pinned Go modules (only when a pin changes)
+	deploy/local-cluster/build.sh
+
+cluster-up: $(STAMP) cluster-build  ## Start the local GPU cluster; SIZE="h100=800 l4=50" resizes pools
+	$(BIN)/queue-controller local-cluster up $(foreach s,$(SIZE),--size $(s))
+
+cluster-down: $(STAMP)  ## Stop the local cluster and remove its state
+	$(BIN)/queue-controller local-cluster down
+
+cluster-status: $(STAMP)
+	$(BIN)/queue-controller local-cluster status
 
 bench: $(STAMP)  ## Admission-cycle benchmark (fast engine against the naive one)
 	$(BIN)/python -m tests.bench.bench_cycle

@@ -11,6 +11,7 @@ import sys
 import click
 
 from queue_controller import __version__
+from queue_controller.cli.localcluster import local_cluster
 from queue_controller.cli.plan import plan
 from queue_controller.errors import InputError, QueueControllerError
 
@@ -29,6 +30,7 @@ def cli() -> None:
 
 
 cli.add_command(plan)
+cli.add_command(local_cluster)
 
 
 def main() -> None:

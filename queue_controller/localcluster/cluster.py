@@ -1,0 +1,333 @@
+"""Start, inspect and stop the local control plane.
+
+Every process binds to 127.0.0.1 on a port chosen free at start-up and runs
+in its own session, so it outlives ``make cluster-up``.  Its PID, port and log
+live under the state directory (``.cluster/``), with an admin kubeconfig;
+``down`` stops exactly those PIDs (after checking each is still our binary)
+and removes the directory.  A lock file beside the state directory keeps two
+``up`` from racing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from queue_controller.errors import QueueControllerError
+from queue_controller.localcluster import components
+from queue_controller.localcluster import pki as pki_module
+from queue_controller.localcluster.components import COMPONENTS
+from queue_controller.nodepools import NodePools
+
+BINARIES = (*COMPONENTS, "kubectl")
+
+Report = Callable[[str], None]
+
+
+class ClusterError(QueueControllerError):
+    """The local cluster could not be started, inspected or stopped."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the binaries, the kwok stages and the state live."""
+
+    bin_dir: Path
+    state_dir: Path
+    stages: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.state_dir.with_name(self.state_dir.name + ".lock")
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / name
+
+    def absolute(self) -> Layout:
+        """The same layout with absolute paths: each component runs in the state directory."""
+        return Layout(self.bin_dir.resolve(), self.state_dir.resolve(), self.stages.resolve())
+
+
+@dataclass
+class State:
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    nodes: int = 0
+    started: float = 0.0
+    startup_seconds: float = 0.0
+
+    @classmethod
+    def load(cls, path: Path) -> State | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (FileNotFoundError, json.JSONDecodeError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+
+@dataclass(frozen=True)
+class Status:
+    running: dict[str, bool]
+    state: State | None
+
+    @property
+    def up(self) -> bool:
+        return bool(self.running) and all(self.running.values())
+
+    @property
+    def partly_up(self) -> bool:
+        return any(self.running.values()) and not self.up
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _ours(pid: int, binary: Path) -> bool:
+    """Whether ``pid`` is alive and still runs ``binary`` (PIDs get reused)."""
+    try:
+        exe = Path(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return False
+    return exe.name.removesuffix(" (deleted)") == binary.name and exe.parent == binary.parent
+
+
+class LocalCluster:
+    def __init__(self, layout: Layout, *, report: Report = print) -> None:
+        self.layout = layout.absolute()
+        self.report = report
+
+    # -- inspecting ----------------------------------------------------------
+
+    def status(self) -> Status:
+        state = State.load(self.layout.state_file)
+        if state is None:
+            return Status({}, None)
+        running = {
+            name: _ours(pid, self.layout.binary(name).resolve()) for name, pid in state.pids.items()
+        }
+        return Status(running, state)
+
+    def kubectl(self, *args: str, check: bool = True) -> str:
+        result = subprocess.run(
+            [
+                str(self.layout.binary("kubectl")),
+                "--kubeconfig",
+                str(self.layout.kubeconfig),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    # -- starting --------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.layout.lock_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.layout.lock_file.open("w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ClusterError(
+                    f"another cluster-up or cluster-down holds {self.layout.lock_file}"
+                ) from None
+            yield
+
+    def up(self, pools: NodePools, *, timeout: float = 180.0) -> Status:
+        """Start everything and wait until the nodes are Ready; a running cluster is left alone."""
+        with self._locked():
+            current = self.status()
+            if current.up:
+                self.report(
+                    f"a local cluster is already running (kubeconfig {self.layout.kubeconfig})"
+                )
+                return current
+            if current.partly_up:
+                down = [n for n, alive in current.running.items() if not alive]
+                raise ClusterError(
+                    f"a local cluster is partly running ({', '.join(down)} stopped); "
+                    "run `make cluster-down` first"
+                )
+            missing = [b for b in BINARIES if not self.layout.binary(b).exists()]
+            if missing:
+                raise ClusterError(
+                    f"missing {', '.join(missing)} in {self.layout.bin_dir}; "
+                    "run `make cluster-build`"
+                )
+            if self.layout.state_dir.exists():
+                shutil.rmtree(self.layout.state_dir)  # a stale, fully stopped cluster
+            started = time.monotonic()
+            state = State(started=time.time())
+            try:
+                self._start(state, pools, deadline=started + timeout)
+            except BaseException:
+                self._stop(state)
+                state.save(self.layout.state_file)
+                raise
+            state.startup_seconds = round(time.monotonic() - started, 1)
+            state.save(self.layout.state_file)
+            self.report(
+                f"local cluster up in {state.startup_seconds}s: {state.nodes} nodes; "
+                f"export KUBECONFIG={self.layout.kubeconfig.resolve()}"
+            )
+            return self.status()
+
+    def _start(self, state: State, pools: NodePools, *, deadline: float) -> None:
+        layout = self.layout
+        layout.logs.mkdir(parents=True)
+        pki = pki_module.create(layout.state_dir / "pki")
+        state.ports = {name: _free_port() for name in components.PORTS}
+        layout.kubeconfig.write_text(
+            json.dumps(components.kubeconfig(pki, state.ports["kube-apiserver"]), indent=2)
+        )
+        layout.kubeconfig.chmod(0o600)
+        wiring = components.Wiring(
+            state.ports, pki, layout.kubeconfig, layout.state_dir, layout.stages
+        )
+        state.save(layout.state_file)
+        for name in COMPONENTS:
+            state.pids[name] = self._spawn(name, components.arguments(name, wiring))
+            state.save(layout.state_file)
+            self._wait_healthy(name, state, pki, deadline)
+            self.report(f"  {name} is up (pid {state.pids[name]}, port {state.ports[name]})")
+        self._create_nodes(pools, state, deadline)
+        self._wait_for(
+            "the default service account",
+            lambda: bool(
+                self.kubectl(
+                    "get",
+                    "serviceaccount",
+                    "default",
+                    "-n",
+                    "default",
+                    "--ignore-not-found",
+                    "-o",
+                    "name",
+                )
+            ),
+            deadline,
+        )
+
+    def _spawn(self, name: str, args: list[str]) -> int:
+        log = (self.layout.logs / f"{name}.log").open("wb")
+        process = subprocess.Popen(
+            [str(self.layout.binary(name).resolve()), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.layout.state_dir,
+            start_new_session=True,  # outlive `make cluster-up` and its Ctrl-C
+        )
+        log.close()
+        return process.pid
+
+    # -- waiting ---------------------------------------------------------------
+
+    def _wait_healthy(self, name: str, state: State, pki: pki_module.Pki, deadline: float) -> None:
+        binary = self.layout.binary(name).resolve()
+
+        def healthy() -> bool:
+            if not _ours(state.pids[name], binary):
+                log = self.layout.logs / f"{name}.log"
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                raise ClusterError(
+                    f"{name} exited during start-up; last lines of {log}:\n" + "\n".join(tail)
+                )
+            return components.healthy(name, state.ports, pki)
+
+        url = components.health_url(name, state.ports)
+        self._wait_for(f"{name} to report healthy at {url}", healthy, deadline)
+
+    def _wait_for(self, what: str, ready: Callable[[], bool], deadline: float) -> None:
+        while not ready():
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out waiting for {what} (logs in {self.layout.logs})")
+            time.sleep(0.25)
+
+    def _create_nodes(self, pools: NodePools, state: State, deadline: float) -> None:
+        nodes = pools.nodes()
+        manifest = self.layout.state_dir / "nodes.json"
+        manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+        self.kubectl("create", "-f", str(manifest))
+        state.nodes = len(nodes)
+        expected = sum(1 for n in nodes if n["metadata"]["annotations"])
+
+        def all_ready() -> bool:
+            listed: dict[str, Any] = json.loads(self.kubectl("get", "nodes", "-o", "json"))
+            ready = sum(
+                1
+                for node in listed["items"]
+                for c in node.get("status", {}).get("conditions", [])
+                if c["type"] == "Ready" and c["status"] == "True"
+            )
+            return ready >= expected
+
+        self._wait_for(f"{expected} nodes to become Ready", all_ready, deadline)
+        self.report(f"  {len(nodes)} nodes created, {expected} Ready")
+
+    # -- stopping --------------------------------------------------------------
+
+    def _stop(self, state: State) -> list[str]:
+        stopped = []
+        for name in reversed(COMPONENTS):
+            pid = state.pids.get(name)
+            binary = self.layout.binary(name).resolve()
+            if pid is None or not _ours(pid, binary):
+                continue
+            os.kill(pid, signal.SIGTERM)
+            stopped.append(name)
+        for name in stopped:
+            pid, binary = state.pids[name], self.layout.binary(name).resolve()
+            limit = time.monotonic() + 15
+            while _ours(pid, binary) and time.monotonic() < limit:
+                time.sleep(0.1)
+            if _ours(pid, binary):
+                os.kill(pid, signal.SIGKILL)
+        return stopped
+
+    def down(self) -> list[str]:
+        """Stop every process this cluster started, by PID, and remove its state."""
+        with self._locked():
+            state = State.load(self.layout.state_file)
+            if state is None and not self.layout.state_dir.exists():
+                self.report("no local cluster is running")
+                return []
+            stopped = self._stop(state) if state is not None else []
+            shutil.rmtree(self.layout.state_dir, ignore_errors=True)
+            self.report(
+                f"local cluster down: stopped {', '.join(stopped) or 'nothing'}; state removed"
+            )
+            return stopped

@@ -1,0 +1,86 @@
+"""Fixtures for tests on the real local control plane.
+
+The session starts its own cluster (state in ``.cluster-test/``, random
+loopback ports) and stops it when the session ends, whether tests passed or
+failed.  Set ``QC_TEST_KUBECONFIG`` to run against a cluster that is already
+up instead; it is then left running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from queue_controller import nodepools
+from queue_controller.localcluster import Layout, LocalCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "local-cluster"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+    kubectl_binary: Path
+    api: client.ApiClient
+    local: LocalCluster | None  # None when the session did not start it
+
+    def kubectl(self, *args: str) -> str:
+        result = subprocess.run(
+            [str(self.kubectl_binary), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return result.stdout
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    kubectl = DEPLOY / "bin" / "kubectl"
+    existing = os.environ.get("QC_TEST_KUBECONFIG")
+    if existing:
+        api = config.new_client_from_config(config_file=existing)
+        yield Cluster(Path(existing), kubectl, api, None)
+        return
+    layout = Layout(
+        bin_dir=DEPLOY / "bin",
+        state_dir=ROOT / ".cluster-test",
+        stages=DEPLOY / "kwok-stages.yaml",
+    )
+    if not kubectl.exists():
+        pytest.fail("the local control plane is not built: run `make cluster-build`")
+    local = LocalCluster(layout, report=print)
+    pools = nodepools.load(DEPLOY / "nodes.yaml")
+    local.up(pools)
+    try:
+        api = config.new_client_from_config(config_file=str(layout.kubeconfig))
+        yield Cluster(layout.kubeconfig, kubectl, api, local)
+    finally:
+        local.down()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted (without waiting) afterwards."""
+    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"{base}-{secrets.token_hex(3)}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    cluster.core.delete_namespace(name)
