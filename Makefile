@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck imports unit cluster-test bench clean help \
+.PHONY: run test lint typecheck imports unit journal-test cluster-test bench clean help \
         cluster-build cluster-up cluster-down cluster-status
 
 help:  ## List the targets
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## The main job: plan admission over the bundled example cluster
 	$(BIN)/queue-controller plan
 
-test: lint typecheck imports unit cluster-test  ## The whole test suite (what .ci/run calls)
+test: lint typecheck imports unit journal-test cluster-test  ## The whole test suite (what .ci/run calls)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -32,8 +32,15 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)  ## Tests that need no cluster
-	$(BIN)/pytest -q -m "not cluster"
+unit: $(STAMP)  ## Tests that need no cluster and no PostgreSQL server
+	$(BIN)/pytest -q -m "not cluster and not postgres"
+
+# The journal's tests on a throwaway PostgreSQL server (installed with apt-get if it is
+# missing), stopped and removed whether the tests pass, fail or are interrupted.
+journal-test: $(STAMP)  ## The journal's tests on a real PostgreSQL server
+	@trap 'tests/journal/postgres.sh stop' EXIT; trap 'exit 130' INT TERM; \
+	url=$$(tests/journal/postgres.sh start) && \
+	QC_TEST_POSTGRES_URL="$$url" $(BIN)/pytest -q -m postgres
 
 # The cluster tests start their own control plane (state in .cluster-test) and
 # stop it when they finish, pass or fail.

@@ -45,3 +45,8 @@ class QuantityError(InputError):
 
 class DumpError(InputError):
     """A cluster dump that cannot be read: bad YAML, an unknown kind, a malformed object."""
+
+
+class JournalUnavailable(QueueControllerError):
+    """The decision journal's database could not be reached or read: not a mistake in
+    the input, so it exits 1, still with one line."""

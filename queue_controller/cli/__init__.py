@@ -11,8 +11,10 @@ import sys
 import click
 
 from queue_controller import __version__
+from queue_controller.cli.history import history
 from queue_controller.cli.localcluster import local_cluster
 from queue_controller.cli.plan import plan
+from queue_controller.cli.run import run
 from queue_controller.errors import InputError, QueueControllerError
 
 EXIT_INPUT_ERROR = 2
@@ -30,7 +32,9 @@ def cli() -> None:
 
 
 cli.add_command(plan)
+cli.add_command(run)
 cli.add_command(local_cluster)
+cli.add_command(history)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from queue_controller.core.nodes import SELF_IMPOSED
 from queue_controller.core.quantity import format_milli
 
 
@@ -47,7 +48,12 @@ def explain_shortfall(
         head += f" (on {_nodes(usable_nodes)})"
     if not blocked:
         return f"{head}; the cluster has no nodes"
-    ranked = sorted(blocked.items(), key=lambda item: (-item[1], item[0]))
+    # The binding constraint is what stops the nodes the gang asked for; its own
+    # selector or affinity binds only when no node matches them at all.
+    ranked = sorted(
+        blocked.items(),
+        key=lambda item: (item[0].split(" ", 1)[0] in SELF_IMPOSED, -item[1], item[0]),
+    )
     binding, binding_nodes = ranked[0]
     parts = [f"{head}; binding constraint: {binding} ({_nodes(binding_nodes)})"]
     if len(ranked) > 1:

@@ -116,8 +116,17 @@ def affinity_matches(terms: tuple[NodeSelectorTerm, ...] | None, node: Node) -> 
     return any(_term_matches(term, node) for term in terms)
 
 
+# What a pod asks for itself comes first: a node outside its own selector is
+# reported as such, and the other reasons speak only of nodes it asked for.
+SELF_IMPOSED = frozenset({"NodeSelector", "NodeAffinity"})
+
+
 def exclusion(node: Node, template: PodTemplate) -> Exclusion | None:
     """Why ``node`` can never take a pod of ``template``, or None if it may (capacity aside)."""
+    if not selector_matches(template.node_selector, node.labels):
+        return SELECTOR_MISMATCH
+    if not affinity_matches(template.required_affinity, node):
+        return AFFINITY_MISMATCH
     if not is_ready(node):
         return NOT_READY
     if node.unschedulable:
@@ -126,10 +135,6 @@ def exclusion(node: Node, template: PodTemplate) -> Exclusion | None:
     if taint is not None:
         shown = f"{taint.key}={taint.value}" if taint.value else taint.key
         return Exclusion("UntoleratedTaint", f"{shown}:{taint.effect}")
-    if not selector_matches(template.node_selector, node.labels):
-        return SELECTOR_MISMATCH
-    if not affinity_matches(template.required_affinity, node):
-        return AFFINITY_MISMATCH
     return None
 
 

@@ -22,6 +22,12 @@ QUEUE_LABEL = "queue-controller.io/queue"
 # Kueue's label, accepted so teams can move over without relabelling.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 FINISHED_CONDITIONS = ("Complete", "Failed")
+# Volcano users set a gang's minimum on the job itself; the PodGroup then carries it.
+MIN_MEMBER_ANNOTATION = "queue-controller.io/min-member"
+# A PodGroup in these phases holds its quota and planned nodes, even while its
+# Job is still suspended: the controller wrote the admission and has yet to
+# (or crashed before it could) unsuspend the Job.
+HOLDING_PHASES = frozenset({v1alpha1.PodGroupPhase.ADMITTED, v1alpha1.PodGroupPhase.RUNNING})
 
 
 def queue_name(obj: Obj) -> str:
@@ -94,7 +100,8 @@ def workload(obj: Obj, kind: JobKind, group: v1alpha1.PodGroup | None) -> Worklo
     except InputError as error:
         facts = JobFacts(_broken_template(), 0, suspended=True, finished=False)
         spec_error = str(error)
-    gang_size = facts.parallelism
+    gang_size, annotation_error = annotated_gang_size(obj, facts.parallelism)
+    spec_error = spec_error or annotation_error
     requeue_at: float | None = None
     requeue_count = 0
     deactivated = False
@@ -112,11 +119,16 @@ def workload(obj: Obj, kind: JobKind, group: v1alpha1.PodGroup | None) -> Worklo
         requeue_at = epoch_seconds(status.requeueAt) if status.requeueAt else None
         deactivated = status.phase is v1alpha1.PodGroupPhase.FAILED
         placement = dict(status.placement)
+    group_phase = group.status.phase if group is not None else None
     if facts.finished:
         phase = WorkloadPhase.FINISHED
+    elif group_phase in HOLDING_PHASES:
+        phase = WorkloadPhase.ADMITTED
     elif facts.suspended:
         phase = WorkloadPhase.PENDING
     else:
+        # Running: admitted, or being evicted, or started behind the queue's back.
+        # Either way it uses quota until it is suspended.
         phase = WorkloadPhase.ADMITTED
     return Workload(
         namespace=namespace,
@@ -134,6 +146,28 @@ def workload(obj: Obj, kind: JobKind, group: v1alpha1.PodGroup | None) -> Worklo
         placement=placement,
         spec_error=spec_error,
     )
+
+
+def annotated_gang_size(obj: Obj, parallelism: int) -> tuple[int, str]:
+    """The gang size a job asks for through its annotation, else its parallelism."""
+    annotations = get(obj, "metadata.annotations", dict, {})
+    raw = annotations.get(MIN_MEMBER_ANNOTATION)
+    if raw is None:
+        return parallelism, ""
+    if not isinstance(raw, str) or not raw.isdigit():
+        return parallelism, (
+            f"metadata.annotations[{MIN_MEMBER_ANNOTATION}]: {raw!r} is not a whole number"
+        )
+    return int(raw), ""
+
+
+def gang_size(obj: Obj, kind: JobKind) -> int:
+    """The gang size of a job, even one whose template cannot be read."""
+    try:
+        parallelism = kind.facts(obj).parallelism
+    except InputError:
+        parallelism = 0
+    return annotated_gang_size(obj, parallelism)[0]
 
 
 def owned_by(group: v1alpha1.PodGroup, obj: Mapping[str, Any]) -> bool:

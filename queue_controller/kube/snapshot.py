@@ -12,7 +12,7 @@ objects its watches hold.  Both therefore read the cluster the same way:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from queue_controller.api import v1alpha1
@@ -108,20 +108,36 @@ def _check_unique(items: Iterable[Located]) -> None:
         seen[key] = item.where
 
 
-def build_snapshot(items: Iterable[Located], *, now: float) -> Snapshot:
-    """Translate every object, or raise :class:`InputError` naming the first bad one."""
+Skip = Callable[[InputError], None]
+
+
+def build_snapshot(items: Iterable[Located], *, now: float, skip: Skip | None = None) -> Snapshot:
+    """Translate every object.
+
+    Without ``skip`` (``plan``), the first bad object raises :class:`InputError`
+    naming it.  With ``skip`` (the controller, which reads what the API server
+    already accepted and must keep scheduling), a bad object is reported to
+    ``skip`` and left out.
+    """
+
+    def fail(error: InputError) -> None:
+        if skip is None:
+            raise error
+        skip(error)
+
     items = list(items)
-    _check_unique(items)  # also checks that every object has a name
+    if skip is None:
+        _check_unique(items)  # also checks that every object has a name
     collected = _Collected()
     for item in items:
         try:
             _collect_one(item, collected)
         except InputError as error:
-            raise error.located(where=item.where) from None
+            fail(error.located(where=item.where))
     return Snapshot(
         nodes=tuple(collected.nodes),
         pods=tuple(collected.pods),
-        workloads=tuple(_workloads(collected)),
+        workloads=tuple(_workloads(collected, fail)),
         queues=tuple(collected.queues),
         quotas=tuple(collected.quotas),
         priority_classes=tuple(collected.priority_classes),
@@ -129,7 +145,7 @@ def build_snapshot(items: Iterable[Located], *, now: float) -> Snapshot:
     )
 
 
-def _workloads(collected: _Collected) -> list[Workload]:
+def _workloads(collected: _Collected, fail: Skip) -> list[Workload]:
     groups = _GroupIndex(collected.groups)
     out = []
     for item in collected.jobs:
@@ -137,7 +153,7 @@ def _workloads(collected: _Collected) -> list[Workload]:
         try:
             out.append(jobs.workload(item.obj, kind, groups.find(item.obj)))
         except InputError as error:  # metadata that even a broken job must get right
-            raise error.located(where=item.where) from None
+            fail(error.located(where=item.where))
     return out
 
 

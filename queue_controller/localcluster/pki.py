@@ -181,3 +181,46 @@ def create(directory: Path, *, service_ip: str = "10.96.0.1") -> Pki:
         )
     )
     return pki
+
+
+@dataclass(frozen=True)
+class ServingCertificate:
+    certfile: Path
+    keyfile: Path
+    cafile: Path
+
+
+def serving_certificate(directory: Path, *, hosts: tuple[str, ...]) -> ServingCertificate:
+    """A throwaway CA and a server certificate for ``hosts`` (names or IPs): for a webhook
+    served on loopback, whose caBundle the API server is then given."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _issue(
+        subject=_name("queue-controller-webhook-ca"),
+        key=ca_key,
+        issuer=None,
+        issuer_key=ca_key,
+        usages=[],
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names, addresses = [], []
+    for host in hosts:
+        try:
+            ipaddress.ip_address(host)
+            addresses.append(host)
+        except ValueError:
+            names.append(host)
+    cert = _issue(
+        subject=_name(hosts[0]),
+        key=key,
+        issuer=ca,
+        issuer_key=ca_key,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        names=tuple(names),
+        addresses=tuple(addresses),
+    )
+    out = ServingCertificate(directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
+    _write_key(out.keyfile, key)
+    out.certfile.write_bytes(_pem(cert))
+    out.cafile.write_bytes(_pem(ca))
+    return out

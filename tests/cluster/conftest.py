@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,11 +77,35 @@ def cluster() -> Iterator[Cluster]:
         local.down()
 
 
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> None:
+    """Our CRDs, installed and established."""
+    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+    for plural in ("teamquotas", "queues", "podgroups"):
+        cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            f"crd/{plural}.queue-controller.io",
+        )
+
+
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test, deleted (without waiting) afterwards."""
+    """A fresh namespace per test.
+
+    Its Jobs and pods are deleted, and waited for, before the namespace goes, so
+    the GPUs they held are free for the next test.
+    """
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"{base}-{secrets.token_hex(3)}"
     cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
+    batch = cluster.batch
+    for job in batch.list_namespaced_job(name).items:
+        batch.delete_namespaced_job(job.metadata.name, name, propagation_policy="Background")
+    cluster.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    deadline = time.monotonic() + 30
+    while cluster.core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+        time.sleep(0.2)
     cluster.core.delete_namespace(name)

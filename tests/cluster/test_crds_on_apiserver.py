@@ -21,18 +21,6 @@ GROUP, VERSION = "queue-controller.io", "v1alpha1"
 PLURALS = {"TeamQuota": "teamquotas", "Queue": "queues", "PodGroup": "podgroups"}
 
 
-@pytest.fixture(scope="session")
-def crds(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    for plural in PLURALS.values():
-        cluster.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            f"crd/{plural}.{GROUP}",
-        )
-
-
 def submit(cluster: Cluster, namespace: str, original: dict[str, Any]) -> ApiException | None:
     """Create the object (status through the status subresource); the API's refusal, if any."""
     obj = copy.deepcopy(original)

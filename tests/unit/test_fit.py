@@ -235,3 +235,22 @@ def test_explanation_of_an_oversized_member_follows_later_admissions() -> None:
     again = placer.try_place(shape(huge), 1)
     assert isinstance(again, Shortfall)
     assert "16 nvidia.com/gpu free on eligible nodes but at most 8" in again.explanation
+
+
+def test_the_binding_constraint_is_what_stops_the_nodes_the_gang_asked_for() -> None:
+    nodes = [gpu_node(f"n{i}", labels={"pool": "a" if i < 2 else "b"}) for i in range(6)]
+    pod = template(8, node_selector={"pool": "a"})
+    outcome = index(nodes, used_gpus(n0=4, n1=4), pod).try_place(shape(pod), 1)
+    assert isinstance(outcome, Shortfall)
+    assert "binding constraint: Insufficient nvidia.com/gpu (2 nodes)" in outcome.explanation
+    assert "also NodeSelector didn't match (4 nodes)" in outcome.explanation
+
+
+def test_a_selector_that_matches_no_node_is_itself_the_binding_constraint() -> None:
+    nodes = [gpu_node("n0", unschedulable=True), gpu_node("n1")]
+    pod = template(1, node_selector={"gpu": "b200"})
+    outcome = index(nodes, {}, pod).try_place(shape(pod), 1)
+    assert isinstance(outcome, Shortfall)
+    assert outcome.explanation == (
+        "0 of 1 members fit at once; binding constraint: NodeSelector didn't match (2 nodes)"
+    )

@@ -1,0 +1,91 @@
+"""``queue-controller run``: the controller itself."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path),
+    help="Default: in-cluster, then ~/.kube/config. [QC_KUBECONFIG]",
+)
+@click.option("--namespace", help="Namespace of the leader-election Lease. [QC_NAMESPACE]")
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    "leader_election",
+    default=None,
+    help="Admit only while holding the Lease (default on). [QC_LEADER_ELECTION]",
+)
+@click.option(
+    "--metrics-host",
+    help="Address for /metrics, /healthz, /readyz (default 127.0.0.1). [QC_METRICS_HOST]",
+)
+@click.option(
+    "--metrics-port",
+    type=int,
+    help="Port for /metrics, /healthz, /readyz (default 8080; 0 picks one). [QC_METRICS_PORT]",
+)
+@click.option(
+    "--webhook",
+    type=click.Choice(["local", "service", "off"]),
+    help="How Jobs are held at creation (default local). [QC_WEBHOOK]",
+)
+@click.option(
+    "--webhook-host", help="Host name or IP the API server calls the webhook on. [QC_WEBHOOK_HOST]"
+)
+@click.option("--webhook-port", type=int, help="Webhook port (default 9443). [QC_WEBHOOK_PORT]")
+@click.option(
+    "--webhook-cert-dir",
+    type=click.Path(path_type=Path),
+    help="tls.crt, tls.key, ca.crt. [QC_WEBHOOK_CERT_DIR]",
+)
+@click.option(
+    "--journal",
+    "journal_url",
+    metavar="URL",
+    help="Decision journal database (SQLite default). [QC_JOURNAL_URL]",
+)
+@click.option(
+    "--tick",
+    "tick_seconds",
+    type=float,
+    help="Cycle at least this often, in seconds (default 5). [QC_TICK_SECONDS]",
+)
+@click.option(
+    "--pods-ready-timeout",
+    "pods_ready_timeout_seconds",
+    type=int,
+    help="Seconds a gang may stay partially placed before eviction (default 300). "
+    "[QC_PODS_READY_TIMEOUT_SECONDS]",
+)
+@click.option(
+    "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="[QC_LOG_LEVEL]"
+)
+def run(**flags: object) -> None:
+    """Run the controller: hold queued Jobs suspended, admit whole gangs where they fit,
+    place them exactly, and evict and requeue gangs left partially placed.
+
+    Every option can also be set through the environment variable shown.
+    """
+    # Imported here: the controller brings kopf and SQLAlchemy, which `plan` and
+    # `history` need not wait for.
+    from queue_controller.controller import settings as settings_module
+    from queue_controller.controller.operator import run as run_operator
+
+    settings = settings_module.load(**flags)
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # The election library logs every renewal; our own lines say when leadership changes.
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)
+    logging.getLogger("kopf").setLevel(
+        max(logging.WARNING, logging.getLevelName(settings.log_level))
+    )
+    asyncio.run(run_operator(settings))

@@ -1,0 +1,161 @@
+"""The one scheduling loop: snapshot, run the core, plan, apply.
+
+It turns when the state changes (after gathering a burst of changes for
+``batch_seconds``) and at least every ``tick_seconds``, which is what moves
+timeouts and backoffs along when nothing else happens.  Only the leader runs
+cycles.  The snapshot, the core and the planner run in a worker thread on a
+frozen copy of the state, so watch events keep flowing meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from queue_controller.controller import actions as act
+from queue_controller.controller.apply import Applier
+from queue_controller.controller.leader import Leadership
+from queue_controller.controller.lifecycle import Planner, gangs, gated, pod_node
+from queue_controller.controller.server import Health
+from queue_controller.controller.state import ClusterState
+from queue_controller.core import CycleResult, Verdict, schedule
+from queue_controller.core.quantity import parse_milli
+from queue_controller.errors import InputError
+from queue_controller.kube.fields import describe
+from queue_controller.kube.snapshot import Located, build_snapshot
+from queue_controller.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    result: CycleResult
+    actions: list[act.Action]
+    partially_placed: int
+    skipped: list[str]
+
+
+class SchedulingLoop:
+    def __init__(
+        self,
+        *,
+        state: ClusterState,
+        planner: Planner,
+        applier: Applier,
+        leadership: Leadership,
+        metrics: Metrics,
+        health: Health,
+        clock: Callable[[], float],
+        tick_seconds: float,
+        batch_seconds: float,
+        status_writes_per_cycle: int,
+    ) -> None:
+        self.state, self.planner, self.applier = state, planner, applier
+        self.leadership, self.metrics, self.health = leadership, metrics, health
+        self.clock = clock
+        self.tick, self.batch, self.status_budget = (
+            tick_seconds,
+            batch_seconds,
+            status_writes_per_cycle,
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.health.last_turn = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken(), timeout=self.tick)
+            if stop.is_set():
+                return
+            await asyncio.sleep(self.batch)  # let a burst of events land together
+            self.state.changed.clear()
+            self.leadership.changed.clear()
+            if not self.leadership.leading:
+                continue
+            try:
+                await self.cycle()
+            except Exception:  # a bug in one cycle must not end scheduling
+                log.exception("scheduling cycle failed")
+
+    async def _woken(self) -> None:
+        waits = [
+            asyncio.create_task(self.state.changed.wait()),
+            asyncio.create_task(self.leadership.changed.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+
+    async def cycle(self) -> None:
+        frozen = self.state.copy()
+        started = time.perf_counter()
+        plan = await asyncio.to_thread(self._plan, frozen, self.clock())
+        self.metrics.cycle_seconds.observe(time.perf_counter() - started)
+        for problem in plan.skipped:
+            log.warning("left out of the cycle: %s", problem)
+        failed = await self.applier.apply_all(self._budgeted(plan.actions))
+        self.health.cycles += 1
+        self._gauges(plan)
+        if failed:
+            log.info(
+                "cycle %d: %d of %d writes to retry", self.health.cycles, failed, len(plan.actions)
+            )
+
+    def _plan(self, frozen: ClusterState, now: float) -> Plan:
+        skipped: list[str] = []
+
+        def skip(error: InputError) -> None:
+            skipped.append(str(error))
+
+        items = [Located(describe(obj), obj) for obj in frozen.all()]
+        snapshot = build_snapshot(items, now=now, skip=skip)
+        result = schedule(snapshot)
+        actions = self.planner.plan(frozen, result, now=now)
+        partial = 0
+        for gang in gangs(frozen):
+            if gang.phase in ("Admitted", "Running") and gang.group is not None:
+                placed = sum(1 for p in gang.live_pods if pod_node(p) and not gated(p))
+                if 0 < placed < int(gang.group.get("spec", {}).get("minMember", 0)):
+                    partial += 1
+        return Plan(result, actions, partial, skipped)
+
+    def _budgeted(self, actions: list[act.Action]) -> list[act.Action]:
+        """Pending-reason writes beyond the budget wait for a later cycle; reason changes first."""
+        pending = [a for a in actions if isinstance(a, act.MarkPending)]
+        if len(pending) <= self.status_budget:
+            return actions
+
+        def reason_unchanged(a: act.MarkPending) -> bool:
+            return (a.group.get("status") or {}).get("reason") == a.reason
+
+        keep = {id(a) for a in sorted(pending, key=reason_unchanged)[: self.status_budget]}
+        return [a for a in actions if not isinstance(a, act.MarkPending) or id(a) in keep]
+
+    def _gauges(self, plan: Plan) -> None:
+        pending: Counter[tuple[str, str]] = Counter()
+        for decision in plan.result.decisions:
+            if decision.verdict is not Verdict.ADMIT:
+                namespace = decision.workload.split("/", 1)[0]
+                pending[(f"{namespace}/{decision.queue}", decision.reason.value)] += 1
+        self.metrics.set_pending(pending)
+        self.metrics.partially_placed.set(plan.partially_placed)
+        used: dict[tuple[str, str], float] = {}
+        nominal: dict[tuple[str, str], float] = {}
+        for quota in self.state.of_kind("TeamQuota"):
+            name = quota["metadata"]["name"]
+            for resource, limits in ((quota.get("spec") or {}).get("resources") or {}).items():
+                try:
+                    nominal[(name, resource)] = parse_milli(limits.get("nominal", 0)) / 1000
+                except InputError:
+                    continue
+                used[(name, resource)] = (
+                    plan.result.quota_usage.get(name, {}).get(resource, 0) / 1000
+                )
+        self.metrics.set_quota(used, nominal)

@@ -1,0 +1,148 @@
+"""``queue-controller run``: put the pieces together and run until told to stop.
+
+Start-up order: credentials, a full listing of every watched kind (so the
+first cycle sees the whole cluster, as an informer's initial list does), the
+journal, leader election, the health server, then kopf's watches and the
+scheduling loop.  SIGTERM or SIGINT stops it all cleanly; kopf removes the
+webhook configuration it registered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import kopf
+from kubernetes import client, config
+
+from queue_controller.controller.apply import Applier
+from queue_controller.controller.handlers import build_registry
+from queue_controller.controller.leader import Leadership
+from queue_controller.controller.lifecycle import Planner
+from queue_controller.controller.loop import SchedulingLoop
+from queue_controller.controller.server import Health, HealthServer
+from queue_controller.controller.settings import Settings
+from queue_controller.controller.state import ClusterState
+from queue_controller.errors import QueueControllerError
+from queue_controller.journal import Journal
+from queue_controller.kube import gateway as gw
+from queue_controller.localcluster.pki import ServingCertificate, serving_certificate
+from queue_controller.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(QueueControllerError):
+    """The controller could not reach the cluster or its own ports."""
+
+
+def connect(settings: Settings) -> client.ApiClient:
+    """Load credentials into the client's default configuration (kopf logs in from it too)."""
+    try:
+        if settings.kubeconfig is not None:
+            config.load_kube_config(config_file=str(settings.kubeconfig))  # type: ignore[no-untyped-call]
+        else:
+            try:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config()  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError) as error:
+        raise StartupError(f"no usable cluster credentials: {error}") from None
+    return client.ApiClient()
+
+
+def _certificate(settings: Settings, scratch: Path) -> ServingCertificate | None:
+    if settings.webhook == "off":
+        return None
+    if settings.webhook_cert_dir is not None:
+        d = settings.webhook_cert_dir
+        return ServingCertificate(d / "tls.crt", d / "tls.key", d / "ca.crt")
+    return serving_certificate(scratch / "webhook", hosts=(settings.webhook_host,))
+
+
+async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+
+    api = connect(settings)
+    gateway = gw.Gateway(api)
+    state = ClusterState()
+    try:
+        listings = await asyncio.gather(
+            *(asyncio.to_thread(gateway.list, kind) for kind in gw.WATCHED)
+        )
+    except gw.GatewayError as error:
+        raise StartupError(f"could not list the cluster: {error}") from None
+    state.replace_all(obj for listing in listings for obj in listing)
+    log.info("listed %d objects", len(state))
+
+    metrics = Metrics()
+    journal = Journal(settings.journal_url)
+    journal.start()
+    health = Health(ready=True, stale_after=max(60.0, settings.tick_seconds * 6))
+    leadership = Leadership(settings, metrics)
+    leadership.start()
+
+    def details() -> dict[str, object]:
+        metrics.journal_up.set(1 if journal.healthy else 0)
+        return {
+            "leader": leadership.leading,
+            "journal": "ok" if journal.healthy else f"degraded: {journal.last_error}",
+            "objects": len(state),
+        }
+
+    server = HealthServer(
+        host=settings.metrics_host,
+        port=settings.metrics_port,
+        metrics=metrics,
+        health=health,
+        details=details,
+    )
+    await server.start()
+    log.info("metrics and health on %s:%d", settings.metrics_host, server.port)
+
+    scheduling = SchedulingLoop(
+        state=state,
+        planner=Planner(settings.pods_ready_timeout_seconds),
+        applier=Applier(gateway, state, journal, metrics, clock=time.time),
+        leadership=leadership,
+        metrics=metrics,
+        health=health,
+        clock=time.time,
+        tick_seconds=settings.tick_seconds,
+        batch_seconds=settings.batch_seconds,
+        status_writes_per_cycle=settings.status_writes_per_cycle,
+    )
+    with tempfile.TemporaryDirectory(prefix="queue-controller-") as scratch:
+        registry = build_registry(
+            state, settings, certificate=_certificate(settings, Path(scratch))
+        )
+        operator = asyncio.create_task(
+            kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
+        )
+        loop_task = asyncio.create_task(scheduling.run(stop))
+        try:
+            done, _ = await asyncio.wait(
+                [operator, loop_task, asyncio.create_task(stop.wait())],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            for task in done:
+                if task is not operator and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            stop.set()
+            loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(operator, timeout=15)
+            leadership.stop()
+            journal.close()
+            await server.stop()
+            api.close()  # type: ignore[no-untyped-call]

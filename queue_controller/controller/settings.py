@@ -1,0 +1,107 @@
+"""The controller's settings: one validated object from the environment (``QC_*``) and flags.
+
+A bad value stops start-up with a line that names the setting, before
+anything connects to the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from queue_controller.errors import InputError
+from queue_controller.journal import DEFAULT_URL
+from queue_controller.journal.database import parse_url
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="QC_", extra="forbid", frozen=True)
+
+    kubeconfig: Path | None = Field(
+        default=None, description="Kubeconfig file; none means in-cluster, then ~/.kube/config."
+    )
+    namespace: str = Field(
+        default_factory=lambda: os.environ.get("POD_NAMESPACE", "queue-controller-system"),
+        min_length=1,
+        description="Where the leader-election Lease lives.",
+    )
+    identity: str = Field(default_factory=_identity, min_length=1)
+    leader_election: bool = True
+    lease_name: str = Field(default="queue-controller", min_length=1)
+    lease_duration_seconds: int = Field(default=15, ge=2)
+    renew_deadline_seconds: int = Field(default=10, ge=1)
+    retry_period_seconds: int = Field(default=2, ge=1)
+    tick_seconds: float = Field(
+        default=5.0, gt=0, description="Safety-net cycle period when nothing changes."
+    )
+    batch_seconds: float = Field(
+        default=0.2, ge=0, description="How long a burst of changes is gathered before a cycle."
+    )
+    pods_ready_timeout_seconds: int = Field(
+        default=300, ge=0, description="Used when neither PodGroup nor Queue sets one."
+    )
+    status_writes_per_cycle: int = Field(
+        default=200, ge=1, description="Cap on pending-reason status writes in one cycle."
+    )
+    journal_url: str = Field(default=DEFAULT_URL, min_length=1)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=8080, ge=0, le=65535)
+    webhook: Literal["local", "service", "off"] = Field(
+        default="local",
+        description=(
+            "local: serve on webhook_host and register the webhook configuration with a "
+            "URL (a controller outside the cluster); service: serve only, the Helm chart "
+            "registers it behind a Service; off: rely on the suspend fallback alone."
+        ),
+    )
+    webhook_host: str = "127.0.0.1"
+    webhook_port: int = Field(default=9443, ge=0, le=65535)
+    webhook_cert_dir: Path | None = Field(
+        default=None,
+        description="tls.crt, tls.key and ca.crt; made on the fly for the local webhook if unset.",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("journal_url")
+    @classmethod
+    def _journal_url(cls, value: str) -> str:
+        try:
+            parse_url(value)
+        except InputError as error:
+            raise ValueError(error.detail) from None
+        return value
+
+    @model_validator(mode="after")
+    def _election_timing(self) -> Settings:
+        # The election library exits the process on these; say which setting instead.
+        if self.lease_duration_seconds <= self.renew_deadline_seconds:
+            raise ValueError("lease_duration_seconds must exceed renew_deadline_seconds")
+        if self.renew_deadline_seconds <= 1.2 * self.retry_period_seconds:
+            raise ValueError("renew_deadline_seconds must exceed 1.2 x retry_period_seconds")
+        if self.kubeconfig is not None and not self.kubeconfig.is_file():
+            raise ValueError(f"kubeconfig: no such file {self.kubeconfig}")
+        if self.webhook == "service" and self.webhook_cert_dir is None:
+            raise ValueError("webhook_cert_dir is required when webhook is 'service'")
+        return self
+
+
+def load(**flags: object) -> Settings:
+    """Settings from flags (those given) over ``QC_*`` environment variables."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    try:
+        return Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "settings"
+        env = f" (QC_{field.upper()})" if field != "settings" else ""
+        detail = first["msg"].removeprefix("Value error, ")
+        raise InputError(detail, where="settings", field=f"{field}{env}") from None

@@ -1,0 +1,134 @@
+"""The controller's picture of the cluster: raw objects, kept current by watch events.
+
+Handlers only put objects in and take them out; the scheduling loop reads a
+consistent copy.  Two rules keep the picture from going backwards:
+
+* an object older than the one held (by ``resourceVersion``) is ignored, so a
+  late watch event cannot undo what the controller itself just wrote and
+  *assumed* (Kueue's assume-then-confirm); and
+* a deleted object stays deleted until a newer version of it shows up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+# Only what admission and gang tracking read is kept of a Pod: clusters run many.
+_POD_SPEC_FIELDS = (
+    "nodeName",
+    "nodeSelector",
+    "containers",
+    "initContainers",
+    "overhead",
+    "schedulingGates",
+    "priorityClassName",
+)
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", "")))
+
+
+def _version(obj: Mapping[str, Any]) -> int | None:
+    raw = (obj.get("metadata") or {}).get("resourceVersion")
+    # etcd revisions: increasing integers.  The API does not promise that, so a
+    # version that is not one is never used to order anything.
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
+
+
+def _newer_or_unknown(incoming: Mapping[str, Any], held: Mapping[str, Any] | None) -> bool:
+    if held is None:
+        return True
+    new, old = _version(incoming), _version(held)
+    return new is None or old is None or new >= old
+
+
+def slim_pod(pod: Mapping[str, Any]) -> Obj:
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    containers = [
+        {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
+        for c in spec.get("containers", [])
+    ]
+    init = [
+        {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
+        for c in spec.get("initContainers", [])
+    ]
+    kept = {k: spec[k] for k in _POD_SPEC_FIELDS if k in spec}
+    kept["containers"], kept["initContainers"] = containers, init
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": "Pod",
+        "metadata": dict(pod.get("metadata") or {}),
+        "spec": kept,
+        "status": {k: status[k] for k in ("phase", "conditions") if k in status},
+    }
+
+
+@dataclass
+class ClusterState:
+    _objects: dict[Key, Obj] = field(default_factory=dict)
+    # Deleted keys and the version they were deleted at: a stale event must not revive them.
+    _tombstones: dict[Key, int | None] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    generation: int = 0  # bumps on every accepted change
+
+    def upsert(self, obj: Mapping[str, Any]) -> bool:
+        """Hold ``obj`` unless an equal or newer version is already held; True if taken."""
+        key = key_of(obj)
+        if not key[2]:
+            return False
+        held = self._objects.get(key)
+        if not _newer_or_unknown(obj, held):
+            return False
+        tombstone = self._tombstones.get(key)
+        incoming = _version(obj)
+        if key in self._tombstones and (
+            tombstone is None or incoming is None or incoming <= tombstone
+        ):
+            return False
+        self._tombstones.pop(key, None)
+        self._objects[key] = slim_pod(obj) if key[0] == "Pod" else dict(obj)
+        self._touch()
+        return True
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        key = key_of(obj)
+        if self._objects.pop(key, None) is not None or key not in self._tombstones:
+            self._tombstones[key] = _version(obj)
+            self._touch()
+
+    def replace_all(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Start over from a full listing (start-up, or a relist after a lost watch)."""
+        self._objects.clear()
+        self._tombstones.clear()
+        for obj in objects:
+            self.upsert(obj)
+        self._touch()
+
+    def _touch(self) -> None:
+        self.generation += 1
+        self.changed.set()
+
+    def copy(self) -> ClusterState:
+        """A frozen view for a worker thread: the same objects, its own index."""
+        return ClusterState(_objects=dict(self._objects))
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        return self._objects.get((kind, namespace, name))
+
+    def of_kind(self, kind: str) -> Iterator[Obj]:
+        return (obj for key, obj in self._objects.items() if key[0] == kind)
+
+    def all(self) -> list[Obj]:
+        return list(self._objects.values())
+
+    def __len__(self) -> int:
+        return len(self._objects)

@@ -1,0 +1,42 @@
+"""PodGroup status helpers: RFC 3339 times and conditions that follow the API conventions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+def iso(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+Update = tuple[str, bool, str, str]  # condition type, status, reason, message
+
+
+def conditions_with(obj: Mapping[str, Any], now: float, *updates: Update) -> list[Obj]:
+    """The object's conditions with ``updates`` applied.
+
+    A condition's ``lastTransitionTime`` moves only when its status changes, as
+    the API conventions ask, so it still says when the state began.
+    """
+    conditions = [dict(c) for c in (obj.get("status") or {}).get("conditions", [])]
+    for kind, status, reason, message in updates:
+        value = "True" if status else "False"
+        previous = next((c for c in conditions if c.get("type") == kind), None)
+        since = iso(now)
+        if previous is not None and previous.get("status") == value:
+            since = previous.get("lastTransitionTime", since)
+        conditions = [c for c in conditions if c.get("type") != kind]
+        conditions.append(
+            {
+                "type": kind,
+                "status": value,
+                "reason": reason,
+                "message": message[:1024],
+                "lastTransitionTime": since,
+            }
+        )
+    return conditions

@@ -1,0 +1,197 @@
+"""The one module that talks to the Kubernetes API.
+
+Objects go in and come out as raw camelCase dicts, the same shape kopf
+delivers and dumps hold, so the rest of the code has one reader for them.
+Every write is a JSON merge patch that carries the ``resourceVersion`` it was
+computed from, so a stale write fails with :class:`Conflict` instead of
+overwriting someone else's change; the caller recomputes next cycle.
+
+The API client is injected (as httpx injects a transport): tests point it at
+the real local cluster, and nothing is patched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+
+from queue_controller.errors import QueueControllerError
+
+MERGE_PATCH = "application/merge-patch+json"
+Obj = dict[str, Any]
+
+
+class GatewayError(QueueControllerError):
+    """The API refused or failed a request."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(f"{status}: {message}")
+
+
+class NotFound(GatewayError):
+    """404: the object is gone; treat it as deleted."""
+
+
+class Conflict(GatewayError):
+    """409: someone changed the object first; recompute and try again next cycle."""
+
+
+class Invalid(GatewayError):
+    """422: the API server's validation refused the write."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str = "", name: str = "", subresource: str = "") -> str:
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        parts = [prefix]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+NODE = Kind("v1", "Node", "nodes", False)
+POD = Kind("v1", "Pod", "pods", True)
+EVENT = Kind("v1", "Event", "events", True)
+JOB = Kind("batch/v1", "Job", "jobs", True)
+PRIORITY_CLASS = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
+TEAM_QUOTA = Kind("queue-controller.io/v1alpha1", "TeamQuota", "teamquotas", False)
+QUEUE = Kind("queue-controller.io/v1alpha1", "Queue", "queues", True)
+POD_GROUP = Kind("queue-controller.io/v1alpha1", "PodGroup", "podgroups", True)
+WATCHED = (NODE, POD, JOB, PRIORITY_CLASS, TEAM_QUOTA, QUEUE, POD_GROUP)
+BY_KIND = {kind.kind: kind for kind in WATCHED}
+
+
+class Gateway:
+    def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
+        self._api = api
+        self._timeout = timeout
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        serialized = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*serialized, _request_timeout=self._timeout)
+        response.read()  # type: ignore[no-untyped-call]
+        raw = response.data or b"{}"
+        data: Obj = json.loads(raw) if raw else {}
+        if 200 <= response.status < 300:
+            return data
+        message = data.get("message") or response.reason or "request failed"
+        error = {404: NotFound, 409: Conflict, 422: Invalid}.get(response.status, GatewayError)
+        raise error(response.status, f"{method} {path}: {message}")
+
+    # -- reading ------------------------------------------------------------------
+
+    def list(self, kind: Kind) -> list[Obj]:
+        """Every object of a kind, in all namespaces, each with its kind and apiVersion."""
+        items: list[Obj] = []
+        query: dict[str, str] = {"limit": "500"}
+        while True:
+            page = self._request("GET", kind.path(), query=query)
+            for item in page.get("items", []):
+                item["kind"], item["apiVersion"] = kind.kind, kind.api_version
+                items.append(item)
+            token = page.get("metadata", {}).get("continue")
+            if not token:
+                return items
+            query["continue"] = token
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj:
+        return self._request("GET", kind.path(namespace, name))
+
+    # -- writing ------------------------------------------------------------------
+
+    def create(self, kind: Kind, namespace: str, body: Obj) -> Obj:
+        return self._request("POST", kind.path(namespace), body=body)
+
+    def patch(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        patch: Obj,
+        *,
+        resource_version: str | None = None,
+        subresource: str = "",
+    ) -> Obj:
+        """A JSON merge patch, made conditional on ``resource_version`` when given."""
+        if resource_version is not None:
+            patch = {
+                **patch,
+                "metadata": {**patch.get("metadata", {}), "resourceVersion": resource_version},
+            }
+        return self._request(
+            "PATCH",
+            kind.path(namespace, name, subresource),
+            body=patch,
+            content_type=MERGE_PATCH,
+        )
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        with contextlib.suppress(NotFound):  # already gone: what we wanted
+            body = {"propagationPolicy": "Background"}
+            self._request("DELETE", kind.path(namespace, name), body=body)
+
+    def event(
+        self, about: Mapping[str, Any], *, reason: str, message: str, warning: bool = False
+    ) -> None:
+        """A core/v1 Event on ``about``, as ``kubectl describe`` and ``get events`` show."""
+        meta = about.get("metadata", {})
+        namespace = meta.get("namespace") or "default"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": about.get("apiVersion"),
+                "kind": about.get("kind"),
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": "queue-controller"},
+            "reportingComponent": "queue-controller.io/controller",
+            "reportingInstance": "queue-controller",
+            "action": reason,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._request("POST", EVENT.path(namespace), body=body)
