@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck imports unit journal-test cluster-test bench clean help \
+.PHONY: run plan test lint typecheck imports unit journal-test cluster-test bench clean help \
         cluster-build cluster-up cluster-down cluster-status
 
 help:  ## List the targets
@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)  ## The main job: plan admission over the bundled example cluster
+run: $(STAMP) cluster-build  ## The main job: local GPU cluster + controller; example gangs queued and admitted
+	$(BIN)/queue-controller local-cluster demo
+
+plan: $(STAMP)  ## Plan admission offline over the bundled example cluster dump
 	$(BIN)/queue-controller plan
 
 test: lint typecheck imports unit journal-test cluster-test  ## The whole test suite (what .ci/run calls)
@@ -64,3 +67,14 @@ bench: $(STAMP)  ## Admission-cycle benchmark (fast engine against the naive one
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# deploy/: the plain manifests are rendered from the Helm chart with the helm that
+# cluster-build builds (deploy/local-cluster/bin/helm); tests/deploy/ checks they are current.
+.PHONY: manifests
+manifests: cluster-build  ## Render deploy/manifests/queue-controller.yaml from the Helm chart
+	deploy/manifests/render.sh > deploy/manifests/queue-controller.yaml.tmp
+	mv deploy/manifests/queue-controller.yaml.tmp deploy/manifests/queue-controller.yaml
+
+# The chart's unit tests (tests/deploy/) run helm, so `unit` builds it first (a no-op
+# when no pin changed); a fresh clone's `make test` reaches unit before cluster-test.
+unit: cluster-build

@@ -22,12 +22,14 @@ kube_mod=$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | sed
     while read -r module; do printf '\t%s => %s %s\n' "$module" "$module" "$staging_version"; done
   echo ")"
 } > go.mod
-go get "k8s.io/kubernetes@${KUBERNETES_VERSION}" "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" "sigs.k8s.io/kwok@${KWOK_VERSION}"
+go get "k8s.io/kubernetes@${KUBERNETES_VERSION}" "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" "sigs.k8s.io/kwok@${KWOK_VERSION}" \
+  "helm.sh/helm/v3@${HELM_VERSION}"
 go get -tool \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \
   k8s.io/kubernetes/cmd/kubectl \
   go.etcd.io/etcd/server/v3 \
-  sigs.k8s.io/kwok/cmd/kwok
+  sigs.k8s.io/kwok/cmd/kwok \
+  helm.sh/helm/v3/cmd/helm
 go mod tidy

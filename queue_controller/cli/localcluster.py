@@ -99,6 +99,40 @@ def up(
 
 @local_cluster.command()
 @_paths
+@click.option(
+    "--nodes",
+    "node_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=_DEPLOY / "nodes.yaml",
+    show_default=True,
+    help="Node-pool file: the fake GPU nodes to create if the cluster is not up.",
+)
+@click.option(
+    "--watch",
+    "watch_seconds",
+    type=float,
+    default=100.0,
+    show_default=True,
+    help="Seconds to show `kubectl get podgroups -A -w` (0: do not watch).",
+)
+def demo(
+    bin_dir: Path, state_dir: Path, stages: Path, node_file: Path, watch_seconds: float
+) -> None:
+    """Start the cluster and the controller if needed, install the CRDs and examples/,
+    submit the example Jobs one by one, and watch their gangs queue and get admitted.
+
+    This is `make run`.  Everything stays up afterwards: stop it with `make cluster-down`.
+    """
+    from queue_controller.localcluster.demo import Demo
+
+    cluster = LocalCluster(_layout(bin_dir, state_dir, stages), report=click.echo)
+    Demo(cluster, root=Path.cwd(), report=click.echo).run(
+        nodepools.load(node_file), watch_seconds=watch_seconds
+    )
+
+
+@local_cluster.command()
+@_paths
 def down(bin_dir: Path, state_dir: Path, stages: Path) -> None:
     """Stop every process the cluster started, by PID, and remove its state."""
     LocalCluster(_layout(bin_dir, state_dir, stages), report=click.echo).down()

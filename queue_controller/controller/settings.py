@@ -95,7 +95,17 @@ class Settings(BaseSettings):
 
 
 def load(**flags: object) -> Settings:
-    """Settings from flags (those given) over ``QC_*`` environment variables."""
+    """Settings from flags (those given) over ``QC_*`` environment variables.
+
+    A ``QC_*`` variable that is no setting is a typo that would otherwise be
+    ignored without a word; it stops start-up like any other bad setting.
+    """
+    known = {f"QC_{name.upper()}" for name in Settings.model_fields}
+    unknown = sorted(v for v in os.environ if v.startswith("QC_") and v not in known)
+    if unknown:
+        raise InputError(
+            f"not a setting (known: {', '.join(sorted(known))})", where="settings", field=unknown[0]
+        )
     given = {name: value for name, value in flags.items() if value is not None}
     try:
         return Settings(**given)  # type: ignore[arg-type]

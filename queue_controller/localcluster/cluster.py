@@ -78,6 +78,8 @@ class State:
     nodes: int = 0
     started: float = 0.0
     startup_seconds: float = 0.0
+    # A controller started by `make run` (a Python process, told by its command line).
+    controller_pid: int | None = None
 
     @classmethod
     def load(cls, path: Path) -> State | None:
@@ -111,6 +113,21 @@ def _free_port() -> int:
         return port
 
 
+CONTROLLER_MARKER = ("queue_controller", "run")
+
+
+def controller_alive(pid: int | None) -> bool:
+    """Whether ``pid`` is a `queue-controller run` started for this cluster."""
+    if pid is None:
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    words = [a.decode(errors="replace") for a in argv]
+    return all(any(marker in word for word in words) for marker in CONTROLLER_MARKER)
+
+
 def _ours(pid: int, binary: Path) -> bool:
     """Whether ``pid`` is alive and still runs ``binary`` (PIDs get reused)."""
     try:
@@ -136,7 +153,7 @@ class LocalCluster:
         }
         return Status(running, state)
 
-    def kubectl(self, *args: str, check: bool = True) -> str:
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
         result = subprocess.run(
             [
                 str(self.layout.binary("kubectl")),
@@ -147,6 +164,7 @@ class LocalCluster:
             capture_output=True,
             text=True,
             check=False,
+            input=stdin,
         )
         if check and result.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
@@ -302,6 +320,16 @@ class LocalCluster:
 
     def _stop(self, state: State) -> list[str]:
         stopped = []
+        # The controller first: it unregisters its webhook while the API is still there.
+        if controller_alive(state.controller_pid):
+            assert state.controller_pid is not None
+            os.kill(state.controller_pid, signal.SIGTERM)
+            limit = time.monotonic() + 20
+            while controller_alive(state.controller_pid) and time.monotonic() < limit:
+                time.sleep(0.1)
+            if controller_alive(state.controller_pid):
+                os.kill(state.controller_pid, signal.SIGKILL)
+            stopped.append("queue-controller")
         for name in reversed(COMPONENTS):
             pid = state.pids.get(name)
             binary = self.layout.binary(name).resolve()
@@ -309,7 +337,7 @@ class LocalCluster:
                 continue
             os.kill(pid, signal.SIGTERM)
             stopped.append(name)
-        for name in stopped:
+        for name in (name for name in stopped if name in COMPONENTS):
             pid, binary = state.pids[name], self.layout.binary(name).resolve()
             limit = time.monotonic() + 15
             while _ours(pid, binary) and time.monotonic() < limit:

@@ -51,7 +51,8 @@ class ControllerProcess:
         self.starts += 1
         log = (self.logs / f"{self.identity}-{self.starts}.log").open("wb")
         env = {
-            **os.environ,
+            # The tests' own QC_TEST_* variables are no settings: the controller refuses them.
+            **{k: v for k, v in os.environ.items() if not k.startswith("QC_TEST_")},
             "QC_IDENTITY": self.identity,
             # Short leases so that failover fits in a test.
             "QC_LEASE_DURATION_SECONDS": "4",

@@ -117,3 +117,13 @@ def test_bad_settings_name_the_setting(flags: dict[str, object], field: str, wor
 def test_missing_kubeconfig_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         settings.load(kubeconfig=tmp_path / "nope")
+
+
+def test_an_unknown_qc_variable_is_a_typo_that_stops_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("QC_TICK_SECOND", "2")
+    with pytest.raises(InputError) as caught:
+        settings.load()
+    assert caught.value.field == "QC_TICK_SECOND"
+    assert "QC_TICK_SECONDS" in str(caught.value)

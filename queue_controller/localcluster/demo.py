@@ -1,0 +1,170 @@
+"""`make run`: the local GPU cluster, the controller, and example gangs queued and admitted.
+
+Idempotent: it starts what is not running yet, replays the example Jobs from
+scratch, and watches the PodGroups for a while.  Everything it starts stays up
+afterwards; `make cluster-down` stops it all.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from queue_controller.localcluster.cluster import (
+    ClusterError,
+    LocalCluster,
+    State,
+    controller_alive,
+)
+from queue_controller.nodepools import NodePools
+
+LEASE_NAMESPACE = "queue-controller-system"
+Report = Callable[[str], None]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _controller_ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+            body = json.loads(response.read())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(body.get("ready") and body.get("leader"))
+
+
+class Demo:
+    def __init__(self, cluster: LocalCluster, *, root: Path, report: Report) -> None:
+        self.cluster, self.root, self.report = cluster, root, report
+
+    def run(self, pools: NodePools, *, watch_seconds: float, gap_seconds: float = 1.0) -> None:
+        self.cluster.up(pools)
+        self._install()
+        self._start_controller()
+        self._submit(gap_seconds)
+        if watch_seconds > 0:
+            self._watch(watch_seconds)
+        kubeconfig = self.cluster.layout.kubeconfig
+        self.report(
+            "\nThe cluster and the controller keep running.  Look around with:\n"
+            f"  export KUBECONFIG={kubeconfig} PATH={self.cluster.layout.bin_dir}:$PATH\n"
+            "  kubectl get podgroups,queues -A; kubectl get teamquotas\n"
+            "  kubectl describe podgroup -n research pretrain-llm\n"
+            "  .venv/bin/queue-controller history --db "
+            f"sqlite:///{self.cluster.layout.state_dir / 'journal.db'}\n"
+            "Stop everything with `make cluster-down`."
+        )
+
+    def _install(self) -> None:
+        kubectl = self.cluster.kubectl
+        kubectl("apply", "-f", str(self.root / "crds"))
+        for plural in ("teamquotas", "queues", "podgroups"):
+            kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                f"crd/{plural}.queue-controller.io",
+            )
+        lease_namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": LEASE_NAMESPACE},
+        }
+        kubectl("apply", "-f", "-", stdin=json.dumps(lease_namespace))
+        examples = self.root / "examples"
+        for name in ("namespaces.yaml", "teamquotas.yaml", "queues.yaml"):
+            kubectl("apply", "-f", str(examples / name))
+        self.report("CRDs, namespaces, TeamQuotas and Queues installed")
+
+    def _start_controller(self) -> None:
+        layout = self.cluster.layout
+        state = State.load(layout.state_file)
+        if state is None:
+            raise ClusterError("the local cluster is not running")
+        if controller_alive(state.controller_pid):
+            self.report(f"the controller is already running (pid {state.controller_pid})")
+            return
+        port = _free_port()
+        log = (layout.logs / "queue-controller.log").open("wb")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "queue_controller",
+                "run",
+                "--kubeconfig",
+                str(layout.kubeconfig),
+                "--namespace",
+                LEASE_NAMESPACE,
+                "--metrics-port",
+                str(port),
+                "--webhook-port",
+                str(_free_port()),
+                "--journal",
+                f"sqlite:///{layout.state_dir / 'journal.db'}",
+                "--tick",
+                "1",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # keeps running after `make run`
+        )
+        log.close()
+        state.controller_pid = process.pid
+        state.ports["queue-controller"] = port
+        state.save(layout.state_file)
+        deadline = time.monotonic() + 60
+        while not _controller_ready(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                log_path = layout.logs / "queue-controller.log"
+                raise ClusterError(f"the controller did not become ready; see {log_path}")
+            time.sleep(0.25)
+        self.report(f"controller running (pid {process.pid}, metrics on 127.0.0.1:{port}/metrics)")
+
+    def _submit(self, gap_seconds: float) -> None:
+        path = self.root / "examples" / "jobs.yaml"
+        self.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=true")
+        jobs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+        for job in jobs:
+            self.cluster.kubectl("create", "-f", "-", stdin=yaml.safe_dump(job))
+            meta = job["metadata"]
+            self.report(f"submitted Job {meta['namespace']}/{meta['name']}")
+            time.sleep(gap_seconds)  # arrival order is queue order
+
+    def _watch(self, seconds: float) -> None:
+        self.report(f"\nkubectl get podgroups -A -w   (for {seconds:.0f}s)\n")
+        watcher = subprocess.Popen(
+            [
+                str(self.cluster.layout.binary("kubectl")),
+                "--kubeconfig",
+                str(self.cluster.layout.kubeconfig),
+                "get",
+                "podgroups",
+                "-A",
+                "-w",
+            ],
+            stdout=sys.stdout,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            watcher.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            watcher.send_signal(signal.SIGINT)
+            watcher.wait(timeout=5)
+        self.report("")
+        self.report(self.cluster.kubectl("get", "podgroups", "-A"))

@@ -1,0 +1,540 @@
+"""The Helm chart and the manifests rendered from it, without a cluster.
+
+helm is the one ``make cluster-build`` builds (deploy/local-cluster/bin/helm); without it
+these tests fail and say so. tests/cluster/test_deploy_manifests.py puts the same
+objects before a real API server.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+
+from queue_controller.controller.settings import Settings
+from queue_controller.kube.jobs import KUEUE_QUEUE_LABEL, QUEUE_LABEL
+from tests.deploy.chart import (
+    CHART,
+    CONTROLLER,
+    JUSTIFIED_EXTRAS,
+    MANIFESTS,
+    RENDER,
+    ROOT,
+    Doc,
+    container,
+    env,
+    gateway_methods,
+    granted,
+    helm,
+    one,
+    render,
+    render_error,
+    required_rules,
+)
+
+SETTINGS = Settings.model_fields
+DEFAULT_KINDS = [
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Deployment",
+    "MutatingWebhookConfiguration",
+    "PodDisruptionBudget",
+    "Role",
+    "RoleBinding",
+    "Secret",
+    "Service",
+    "Service",
+    "ServiceAccount",
+]
+
+
+def kinds(docs: list[Doc]) -> list[str]:
+    return sorted(d["kind"] for d in docs)
+
+
+def setting_of(name: str) -> str:
+    """QC_FOO_BAR -> foo_bar."""
+    assert name.startswith("QC_"), f"{name} is not a QC_* setting"
+    return name.removeprefix("QC_").lower()
+
+
+# -- the chart as a whole ----------------------------------------------------------------
+
+
+def test_chart_crds_are_copies_of_the_repository_crds() -> None:
+    ours = {p.name: p.read_bytes() for p in (ROOT / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    assert sorted(chart) == sorted(ours), "copy crds/*.yaml into the chart's crds/"
+    for name, text in ours.items():
+        assert chart[name] == text, f"{name} differs from crds/: copy it again"
+
+
+def test_committed_manifests_are_a_fresh_render() -> None:
+    helm("version")  # fails the test, naming make cluster-build, when helm is not built
+    fresh = subprocess.run(
+        [str(RENDER)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert MANIFESTS.read_text() == fresh, "deploy/manifests is stale: run make manifests"
+
+
+def test_committed_manifests_carry_no_key_material() -> None:
+    text = MANIFESTS.read_text()
+    assert "PRIVATE KEY" not in text
+    assert "caBundle" not in text
+    docs = render("createNamespace=true", "webhook.generateCertificate=false")
+    assert "Secret" not in kinds(docs)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        pytest.param((), id="defaults"),
+        pytest.param(
+            (
+                "metrics.serviceMonitor.enabled=true",
+                "webhook.certManager.enabled=true",
+                "journal.existingSecret=journal-db",
+                "replicas=1",
+            ),
+            id="everything-on",
+        ),
+        pytest.param(("webhook.enabled=false", "metrics.enabled=false"), id="everything-off"),
+    ],
+)
+def test_helm_lint_passes(sets: tuple[str, ...]) -> None:
+    flags = [item for pair in sets for item in ("--set", pair)]
+    result = helm("lint", "--strict", str(CHART), *flags, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_default_render() -> None:
+    docs = render()
+    assert kinds(docs) == DEFAULT_KINDS
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"):
+            assert doc["metadata"]["namespace"] == "queue-controller-system", doc["kind"]
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    c = container(docs)
+    assert c["command"] == ["queue-controller"]
+    assert c["args"] == ["run"]
+    assert c["image"] == "queue-controller:0.1.0"
+
+
+def test_namespace_object_only_when_asked() -> None:
+    assert "Namespace" not in kinds(render())
+    ns = one(render("createNamespace=true", namespace="team-x"), "Namespace")
+    assert ns["metadata"]["name"] == "team-x"
+
+
+# -- the Deployment ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        pytest.param((), id="defaults"),
+        pytest.param(("journal.existingSecret=journal-db",), id="journal-secret"),
+        pytest.param(("webhook.enabled=false",), id="no-webhook"),
+        pytest.param(
+            (
+                "settings.tickSeconds=2",
+                "settings.batchSeconds=0.5",
+                "settings.podsReadyTimeoutSeconds=600",
+                "settings.statusWritesPerCycle=50",
+            ),
+            id="settings",
+        ),
+    ],
+)
+def test_every_environment_variable_is_a_setting(sets: tuple[str, ...]) -> None:
+    variables = env(render(*sets))
+    unknown = [name for name in variables if setting_of(name) not in SETTINGS]
+    assert not unknown, f"not fields of Settings: {unknown}"
+
+
+def test_settings_map_sets_each_extra_setting() -> None:
+    variables = env(render("settings.podsReadyTimeoutSeconds=600", "settings.tickSeconds=2.5"))
+    assert variables["QC_PODS_READY_TIMEOUT_SECONDS"]["value"] == "600"
+    assert variables["QC_TICK_SECONDS"]["value"] == "2.5"
+
+
+def test_settings_map_refuses_what_the_controller_would_ignore() -> None:
+    error = render_error("settings.podsReadyTimout=600")
+    assert "settings.podsReadyTimout is not a setting" in error
+
+
+def test_environment_sets_identity_lease_and_servers() -> None:
+    variables = env(render())
+    assert variables["QC_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert variables["QC_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    values = {name: v.get("value") for name, v in variables.items()}
+    assert values["QC_LEADER_ELECTION"] == "true"
+    assert values["QC_LEASE_DURATION_SECONDS"] == "15"
+    assert values["QC_RENEW_DEADLINE_SECONDS"] == "10"
+    assert values["QC_RETRY_PERIOD_SECONDS"] == "2"
+    assert values["QC_JOURNAL_URL"] == "sqlite:////var/lib/queue-controller/journal.db"
+    assert values["QC_METRICS_HOST"] == "0.0.0.0"
+    assert values["QC_METRICS_PORT"] == "8080"
+    assert values["QC_WEBHOOK"] == "service"
+    assert values["QC_WEBHOOK_PORT"] == "9443"
+    assert values["QC_WEBHOOK_CERT_DIR"] == "/etc/queue-controller/webhook"
+    assert values["QC_LOG_LEVEL"] == "INFO"
+    # The values the chart passes are ones Settings accepts.
+    Settings(
+        namespace="ns",
+        identity="pod",
+        **{
+            setting_of(name): value
+            for name, value in values.items()
+            if value is not None and name not in ("QC_NAMESPACE", "QC_IDENTITY")
+        },
+    )
+
+
+def test_journal_url_from_a_secret() -> None:
+    variables = env(render("journal.existingSecret=journal-db", "journal.secretKey=dsn"))
+    assert variables["QC_JOURNAL_URL"] == {
+        "name": "QC_JOURNAL_URL",
+        "valueFrom": {"secretKeyRef": {"name": "journal-db", "key": "dsn"}},
+    }
+
+
+def test_journal_on_a_claim_when_persistent() -> None:
+    docs = render("journal.persistence.enabled=true", "replicas=1")
+    claim = one(docs, "PersistentVolumeClaim")
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["journal"] == {
+        "name": "journal",
+        "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
+    }
+    assert "PersistentVolumeClaim" not in kinds(render())
+
+
+def test_security_context_and_writable_mounts() -> None:
+    docs = render()
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container(docs)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    mounts = {m["mountPath"]: m["name"] for m in container(docs)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    journal = env(docs)["QC_JOURNAL_URL"]["value"].removeprefix("sqlite:///")
+    assert "emptyDir" in volumes[mounts[str(Path(journal).parent)]]
+
+
+def test_probes_on_the_metrics_port() -> None:
+    c = container(render("metrics.port=9090"))
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["metrics"] == 9090
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+
+def test_single_replica_has_no_disruption_budget() -> None:
+    docs = render("replicas=1")
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert "PodDisruptionBudget" not in kinds(docs)
+
+
+def test_replicas_without_leader_election_are_refused() -> None:
+    assert "needs leaderElection.enabled" in render_error("leaderElection.enabled=false")
+    docs = render("leaderElection.enabled=false", "replicas=1")
+    assert env(docs)["QC_LEADER_ELECTION"]["value"] == "false"
+
+
+def test_scheduling_knobs_pass_through() -> None:
+    docs = render(
+        "priorityClassName=high",
+        "nodeSelector.pool=system",
+        "tolerations[0].key=dedicated",
+        "tolerations[0].operator=Exists",
+        "podAnnotations.team=infra",
+        "imagePullSecrets[0].name=regcred",
+        "image.repository=registry.example/qc",
+        "image.tag=1.2.3",
+    )
+    template = one(docs, "Deployment")["spec"]["template"]
+    pod = template["spec"]
+    assert pod["priorityClassName"] == "high"
+    assert pod["nodeSelector"] == {"pool": "system"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert template["metadata"]["annotations"] == {"team": "infra"}
+    assert container(docs)["image"] == "registry.example/qc:1.2.3"
+    assert "priorityClassName" not in one(render(), "Deployment")["spec"]["template"]["spec"]
+
+
+# -- metrics -----------------------------------------------------------------------------
+
+
+def test_service_monitor_only_when_enabled() -> None:
+    assert "ServiceMonitor" not in kinds(render())
+    docs = render(
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.interval=15s",
+        "metrics.serviceMonitor.labels.release=prometheus",
+    )
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    ]
+    service = one(docs, "Service", "queue-controller-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert service["spec"]["ports"][0]["name"] == "metrics"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["queue-controller-system"]}
+
+
+def test_metrics_service_selects_the_pods() -> None:
+    docs = render()
+    service = one(docs, "Service", "queue-controller-metrics")
+    labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+
+
+# -- the webhook -------------------------------------------------------------------------
+
+
+def handler_ids() -> list[str]:
+    """The ids kopf serves the mutating handlers under, by handlers.py's own formula."""
+    formula = "id=f\"suspend-queued-{label.split('/')[0]}\""
+    assert formula in (CONTROLLER / "controller" / "handlers.py").read_text(), (
+        "handlers.py names its webhook handlers differently now: update the chart's "
+        "webhook paths (templates/webhook.yaml) and this test"
+    )
+    return [f"suspend-queued-{label.split('/')[0]}" for label in (QUEUE_LABEL, KUEUE_QUEUE_LABEL)]
+
+
+def test_webhook_paths_are_the_handler_ids() -> None:
+    docs = render()
+    config = one(docs, "MutatingWebhookConfiguration")
+    webhooks = config["webhooks"]
+    assert [w["clientConfig"]["service"]["path"] for w in webhooks] == [
+        f"/{i}" for i in handler_ids()
+    ]
+    labels = [w["objectSelector"]["matchExpressions"] for w in webhooks]
+    assert labels == [
+        [{"key": QUEUE_LABEL, "operator": "Exists"}],
+        [{"key": KUEUE_QUEUE_LABEL, "operator": "Exists"}],
+    ]
+    service = one(docs, "Service", "queue-controller-webhook")
+    for w in webhooks:
+        assert w["clientConfig"]["service"] == {
+            "name": "queue-controller-webhook",
+            "namespace": "queue-controller-system",
+            "port": 443,
+            "path": w["clientConfig"]["service"]["path"],
+        }
+        assert w["rules"] == [
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "resources": ["jobs"],
+                "operations": ["CREATE"],
+                "scope": "Namespaced",
+            }
+        ]
+        assert w["failurePolicy"] == "Fail"
+        assert w["sideEffects"] == "None"
+        assert w["admissionReviewVersions"] == ["v1"]
+        assert w["timeoutSeconds"] == 10
+        assert w["matchPolicy"] == "Equivalent"
+        assert w["namespaceSelector"] == {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system"],
+                }
+            ]
+        }
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+    ports = {p["name"]: p["containerPort"] for p in container(docs)["ports"]}
+    assert ports["webhook"] == int(env(docs)["QC_WEBHOOK_PORT"]["value"])
+
+
+def _verify(cert: x509.Certificate, issuer: x509.Certificate) -> None:
+    key = issuer.public_key()
+    assert cert.signature_hash_algorithm is not None
+    if isinstance(key, rsa.RSAPublicKey):
+        key.verify(
+            cert.signature,
+            cert.tbs_certificate_bytes,
+            padding.PKCS1v15(),
+            cert.signature_hash_algorithm,
+        )
+    else:
+        assert isinstance(key, ec.EllipticCurvePublicKey)
+        key.verify(
+            cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm)
+        )
+
+
+def test_helm_generated_certificate_serves_the_webhook_service() -> None:
+    docs = render(namespace="qc")
+    secret = one(docs, "Secret")
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    assert secret["type"] == "kubernetes.io/tls"
+    ca = x509.load_pem_x509_certificate(data["ca.crt"])
+    cert = x509.load_pem_x509_certificate(data["tls.crt"])
+    _verify(cert, ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    svc = "queue-controller-webhook"
+    assert sorted(names.get_values_for_type(x509.DNSName)) == sorted(
+        [svc, f"{svc}.qc", f"{svc}.qc.svc", f"{svc}.qc.svc.cluster.local"]
+    )
+    assert b"PRIVATE KEY" in data["tls.key"]
+    for webhook in one(docs, "MutatingWebhookConfiguration")["webhooks"]:
+        assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == data["ca.crt"]
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    cert_volume = next(v for v in volumes if v["name"] == "webhook-cert")
+    assert cert_volume["secret"]["secretName"] == secret["metadata"]["name"]
+    mount = next(m for m in container(docs)["volumeMounts"] if m["name"] == "webhook-cert")
+    assert mount["mountPath"] == env(docs)["QC_WEBHOOK_CERT_DIR"]["value"]
+
+
+def test_helm_reuses_the_certificate_secret_on_upgrade() -> None:
+    text = (CHART / "templates" / "webhook.yaml").read_text()
+    assert re.search(r'lookup "v1" "Secret" \.Release\.Namespace \$secretName', text)
+
+
+def test_cert_manager_issues_the_certificate() -> None:
+    docs = render("webhook.certManager.enabled=true")
+    assert "Secret" not in kinds(docs)
+    issuer = one(docs, "Issuer")
+    certificate = one(docs, "Certificate")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    svc = "queue-controller-webhook"
+    assert f"{svc}.queue-controller-system.svc" in certificate["spec"]["dnsNames"]
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    cert_volume = next(v for v in volumes if v["name"] == "webhook-cert")
+    assert cert_volume["secret"]["secretName"] == certificate["spec"]["secretName"]
+    config = one(docs, "MutatingWebhookConfiguration")
+    assert config["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "queue-controller-system/"
+        + certificate["metadata"]["name"]
+    }
+    assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
+
+
+def test_cert_manager_with_an_issuer_of_your_own() -> None:
+    docs = render(
+        "webhook.certManager.enabled=true",
+        "webhook.certManager.issuerRef.name=corp-ca",
+        "webhook.certManager.issuerRef.kind=ClusterIssuer",
+    )
+    assert "Issuer" not in kinds(docs)
+    assert one(docs, "Certificate")["spec"]["issuerRef"] == {
+        "group": "cert-manager.io",
+        "name": "corp-ca",
+        "kind": "ClusterIssuer",
+    }
+
+
+def test_certificate_made_outside_the_chart() -> None:
+    docs = render("webhook.generateCertificate=false", "webhook.caBundle=Q0E=")
+    assert "Secret" not in kinds(docs)
+    for webhook in one(docs, "MutatingWebhookConfiguration")["webhooks"]:
+        assert webhook["clientConfig"]["caBundle"] == "Q0E="
+
+
+def test_webhook_off() -> None:
+    docs = render("webhook.enabled=false")
+    assert "MutatingWebhookConfiguration" not in kinds(docs)
+    assert "Secret" not in kinds(docs)
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Service"] == [
+        "queue-controller-metrics"
+    ]
+    assert env(docs)["QC_WEBHOOK"]["value"] == "off"
+    assert "QC_WEBHOOK_CERT_DIR" not in env(docs)
+    assert all(m["name"] != "webhook-cert" for m in container(docs)["volumeMounts"])
+
+
+# -- RBAC --------------------------------------------------------------------------------
+
+
+def test_gateway_issues_only_methods_this_test_maps() -> None:
+    http = {m for methods, _ in gateway_methods().values() for m in methods}
+    assert http <= {"GET", "POST", "PATCH", "DELETE"}, (
+        f"gateway.py issues {http}: map the new method to an RBAC verb in tests/deploy/chart.py"
+    )
+
+
+def test_cluster_role_covers_what_the_controller_does() -> None:
+    role = one(render(), "ClusterRole")
+    missing = required_rules() - granted(role)
+    assert not missing, f"the ClusterRole lacks {sorted(missing)}"
+
+
+def test_cluster_role_grants_nothing_unexplained() -> None:
+    role = one(render(), "ClusterRole")
+    extra = granted(role) - required_rules() - JUSTIFIED_EXTRAS
+    assert not extra, f"the ClusterRole grants {sorted(extra)}, which no code path needs"
+
+
+def test_every_rbac_rule_says_why() -> None:
+    lines = (CHART / "templates" / "rbac.yaml").read_text().splitlines()
+    rules = [i for i, line in enumerate(lines) if line.strip().startswith("- apiGroups:")]
+    assert len(rules) >= 10
+    for i in rules:
+        assert lines[i - 1].strip().startswith("#"), f"rbac.yaml:{i + 1} has no comment above it"
+
+
+def test_lease_role_is_namespaced_and_names_the_lease() -> None:
+    docs = render("leaderElection.leaseName=qc-leader", namespace="ops")
+    role = one(docs, "Role")
+    assert role["metadata"]["namespace"] == "ops"
+    assert env(docs)["QC_LEASE_NAME"]["value"] == "qc-leader"
+    rules: list[dict[str, Any]] = role["rules"]
+    assert rules == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["qc-leader"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]
+    binding = one(docs, "RoleBinding")
+    account = one(docs, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "ops"}
+    ]
+    cluster_binding = one(docs, "ClusterRoleBinding")
+    assert cluster_binding["subjects"] == binding["subjects"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_everything_on_at_once() -> None:
+    docs = render(
+        "metrics.serviceMonitor.enabled=true",
+        "webhook.certManager.enabled=true",
+        "journal.existingSecret=journal-db",
+        "replicas=1",
+    )
+    assert kinds(docs) == sorted(
+        [k for k in DEFAULT_KINDS if k not in ("PodDisruptionBudget", "Secret")]
+        + ["Certificate", "Issuer", "ServiceMonitor"]
+    )
+    assert "secretKeyRef" in env(docs)["QC_JOURNAL_URL"]["valueFrom"]
