@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run plan test lint typecheck imports unit journal-test cluster-test bench clean help \
+.PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim \
+        clean help \
         cluster-build cluster-up cluster-down cluster-status
 
 help:  ## List the targets
@@ -22,6 +23,9 @@ run: $(STAMP) cluster-build  ## The main job: local GPU cluster + controller; ex
 
 plan: $(STAMP)  ## Plan admission offline over the bundled example cluster dump
 	$(BIN)/queue-controller plan
+
+simulate: $(STAMP)  ## Replay the bundled GPU workload under three policies; report in ./simulation-report
+	$(BIN)/queue-controller simulate
 
 test: lint typecheck imports unit journal-test cluster-test  ## The whole test suite (what .ci/run calls)
 
@@ -64,6 +68,9 @@ cluster-status: $(STAMP)
 
 bench: $(STAMP)  ## Admission-cycle benchmark (fast engine against the naive one)
 	$(BIN)/python -m tests.bench.bench_cycle
+
+bench-sim: $(STAMP)  ## Simulator benchmark: bundled 5,000 jobs, and 20,000 jobs on 500 nodes
+	$(BIN)/python -m tests.bench.bench_simulate
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

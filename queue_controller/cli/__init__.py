@@ -15,6 +15,7 @@ from queue_controller.cli.history import history
 from queue_controller.cli.localcluster import local_cluster
 from queue_controller.cli.plan import plan
 from queue_controller.cli.run import run
+from queue_controller.cli.simulate import simulate
 from queue_controller.errors import InputError, QueueControllerError
 
 EXIT_INPUT_ERROR = 2
@@ -35,6 +36,7 @@ cli.add_command(plan)
 cli.add_command(run)
 cli.add_command(local_cluster)
 cli.add_command(history)
+cli.add_command(simulate)
 
 
 def main() -> None:

@@ -106,7 +106,8 @@ def _table(entries: list[Entry]) -> None:
 @click.option(
     "--source",
     metavar="SOURCE",
-    help='Only entries from SOURCE: "controller", or "simulation:<run id>".',
+    help='Only entries from SOURCE: "controller", "simulation:<run id>" (every policy '
+    'of that run) or "simulation:<run id>:<policy>".',
 )
 @click.option(
     "--limit",

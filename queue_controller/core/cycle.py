@@ -19,6 +19,7 @@ from queue_controller.core.model import (
     BoundPod,
     Node,
     Ordering,
+    PodTemplate,
     Queue,
     Snapshot,
     Workload,
@@ -28,7 +29,7 @@ from queue_controller.core.ordering import PriorityTable, order_key
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.requests import InvalidSpecError, pod_request
-from queue_controller.core.resources import Resources, add, scale, scarcity_rank
+from queue_controller.core.resources import Resources, scale, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Placer, shape_of
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Iterable[GangShape]], Placer]
@@ -119,25 +120,38 @@ class _Cycle:
         )
         self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted))
         self.shapes: dict[str, GangShape] = {}
+        by_template: dict[PodTemplate, GangShape] = {}
         for p in self.pending:
             if not p.error:
-                self.shapes[p.workload.key] = shape_of(p.workload.template, p.request)
+                shape = by_template.get(p.workload.template)
+                if shape is None:
+                    shape = by_template[p.workload.template] = shape_of(
+                        p.workload.template, p.request
+                    )
+                self.shapes[p.workload.key] = shape
         self.placer = placer_factory(
             snapshot.nodes, _node_usage(snapshot.pods, admitted), self.shapes.values()
         )
         # StrictFIFO queue -> the head that holds it up.
         self.blocked_by: dict[tuple[str, str], str] = {}
+        # A gang identical to one that already failed in this cycle, with nothing
+        # admitted since, fails the same way: quota and nodes only fill up during a
+        # cycle.  Saturated clusters queue many identical gangs; this spares them
+        # the quota check, the placement attempt and the explanation.
+        self.admissions = 0
+        self.failed: dict[tuple[object, ...], tuple[int, Decision]] = {}
 
     def _quota_usage(self, admitted: Iterable[_Prepared]) -> dict[str, dict[str, int]]:
-        usage: dict[str, dict[str, int]] = defaultdict(dict)
+        usage: dict[str, Counter[str]] = defaultdict(Counter)
         for p in admitted:
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
             if queue is None or p.error:
                 continue  # nothing to charge it to; its pods still count on nodes
-            usage[queue.team_quota] = add(
-                usage[queue.team_quota], scale(p.request, p.workload.pod_count)
-            )
-        return usage
+            charged = usage[queue.team_quota]
+            pods = p.workload.pod_count
+            for resource, amount in p.request.items():
+                charged[resource] += amount * pods
+        return {name: dict(amounts) for name, amounts in usage.items()}
 
     def run(self) -> CycleResult:
         decisions = tuple(self._decide(p) for p in self.pending)
@@ -194,6 +208,21 @@ class _Cycle:
 
     def _try_admit(self, prepared: _Prepared, queue: Queue) -> Decision:
         workload = prepared.workload
+        shape = self.shapes[workload.key]
+        twin = (queue.namespace, queue.name, shape.key, workload.gang_size, workload.pod_count)
+        earlier = self.failed.get(twin)
+        if earlier is not None and earlier[0] == self.admissions:
+            same = earlier[1]
+            return Decision(workload.key, workload.queue, same.verdict, same.reason, same.message)
+        decision = self._attempt(prepared, queue, shape)
+        if decision.verdict is Verdict.ADMIT:
+            self.admissions += 1
+        else:
+            self.failed[twin] = (self.admissions, decision)
+        return decision
+
+    def _attempt(self, prepared: _Prepared, queue: Queue, shape: GangShape) -> Decision:
+        workload = prepared.workload
         need = scale(prepared.request, workload.pod_count)
         shortfall = self.ledger.shortfall(queue.team_quota, need)
         if shortfall is not None:
@@ -204,7 +233,6 @@ class _Cycle:
                 Reason.QUOTA_EXCEEDED,
                 shortfall.describe(),
             )
-        shape = self.shapes[workload.key]
         outcome = self.placer.try_place(shape, workload.gang_size)
         if not isinstance(outcome, Placement):
             return Decision(

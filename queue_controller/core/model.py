@@ -15,6 +15,10 @@ from queue_controller.core.quantity import QuantityInput
 from queue_controller.core.resources import Resources
 
 
+def _items(mapping: Mapping[str, object]) -> frozenset[tuple[str, object]]:
+    return frozenset(mapping.items())
+
+
 @dataclass(frozen=True, slots=True)
 class Taint:
     key: str
@@ -58,6 +62,10 @@ class Container:
     limits: Mapping[str, QuantityInput] = field(default_factory=dict)
     restart_policy: str = ""  # "Always" on an init container makes it a sidecar
 
+    def __hash__(self) -> int:
+        # By content, mappings included, so a template can key a memo (its request).
+        return hash((self.name, _items(self.requests), _items(self.limits), self.restart_policy))
+
 
 @dataclass(frozen=True, slots=True)
 class PodTemplate:
@@ -69,6 +77,27 @@ class PodTemplate:
     required_affinity: tuple[NodeSelectorTerm, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
     priority_class_name: str = ""
+    # The hash, computed once: every cycle looks up every pending gang's request by it.
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", self._content_hash())
+        assert self._hash is not None
+        return self._hash
+
+    def _content_hash(self) -> int:
+        return hash(
+            (
+                self.containers,
+                self.init_containers,
+                _items(self.overhead),
+                _items(self.node_selector),
+                self.required_affinity,
+                self.tolerations,
+                self.priority_class_name,
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 
 from queue_controller.core.model import Container, PodTemplate
 from queue_controller.core.quantity import QuantityInput, exact_and_milli
@@ -92,6 +93,21 @@ def pod_request(template: PodTemplate) -> dict[str, int]:
     Raises :class:`InvalidSpecError` naming the container and resource when
     the template breaks a rule.
     """
+    try:
+        return dict(_cached_request(template))
+    except TypeError:  # a value that cannot be hashed; it is reported while parsing
+        return _pod_request(template)
+
+
+# Every cycle asks again for the request of every pending gang, and parsing
+# quantities exactly is the costliest step of a cycle; templates are immutable
+# values, so the answer is remembered (errors are not: they are rare).
+@lru_cache(maxsize=8192)
+def _cached_request(template: PodTemplate) -> tuple[tuple[str, int], ...]:
+    return tuple(_pod_request(template).items())
+
+
+def _pod_request(template: PodTemplate) -> dict[str, int]:
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for container in template.init_containers:

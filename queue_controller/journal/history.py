@@ -33,7 +33,9 @@ def read_history(
 ) -> list[Entry]:
     """The newest ``limit`` entries that match every filter given, oldest first.
 
-    ``since`` is inclusive; a naive time is taken as UTC.  Raises
+    ``since`` is inclusive; a naive time is taken as UTC.  ``source`` matches that
+    source and those under it (``simulation:7`` matches ``simulation:7:gang-fit``, not
+    ``simulation:70``).  Raises
     :class:`~queue_controller.errors.InputError` for a URL that cannot be used or a
     journal that does not exist, and
     :class:`~queue_controller.errors.JournalUnavailable` when the database cannot be read.
@@ -50,7 +52,12 @@ def read_history(
     if since is not None:
         query = query.where(JournalRow.at >= utc(since))
     if source is not None:
-        query = query.where(JournalRow.source == source)
+        # A source names its parts too: "simulation:<run id>" is every policy of that run
+        # ("simulation:<run id>:<policy>"), and "simulation" every simulation.
+        query = query.where(
+            (JournalRow.source == source)
+            | JournalRow.source.startswith(f"{source}:", autoescape=True)
+        )
     # Newest first so that LIMIT keeps the newest; the id orders entries of one instant
     # as they were written.
     query = query.order_by(JournalRow.at.desc(), JournalRow.id.desc()).limit(limit)

@@ -52,6 +52,37 @@ def test_defaults_round_trip(journal: Journal, db_url: str) -> None:
     assert (back.requeue_count, back.source) == (0, "controller")
 
 
+def test_source_matches_the_sources_under_it(journal: Journal, db_url: str) -> None:
+    # A simulation run records one source per policy: "simulation:<run id>:<policy>".
+    for minutes, source in enumerate(
+        [
+            "simulation:run-1:gang-fit",
+            "simulation:run-1:per-pod",
+            "simulation:run-10:gang-fit",
+            "simulation:run-1",
+            "simulation:run_1:gang-fit",  # LIKE wildcards in a source are taken literally
+            "controller",
+        ]
+    ):
+        journal.record(entry(minutes=minutes, source=source))
+    assert journal.flush()
+
+    def sources(source: str) -> list[str]:
+        return [e.source for e in read_history(db_url, source=source)]
+
+    assert sources("simulation:run-1") == [
+        "simulation:run-1:gang-fit",
+        "simulation:run-1:per-pod",
+        "simulation:run-1",
+    ]
+    assert sources("simulation:run-1:per-pod") == ["simulation:run-1:per-pod"]
+    assert sources("simulation:run-") == []
+    assert len(sources("simulation")) == 5
+    assert sources("controller") == ["controller"]
+    assert sources("simulation:run_1") == ["simulation:run_1:gang-fit"]
+    assert sources("simulation:run%") == []
+
+
 def test_every_event_is_stored_by_its_value(journal: Journal, db_url: str) -> None:
     for minutes, event in enumerate(JournalEvent):
         journal.record(entry(minutes=minutes, event=event, reason=event.value))

@@ -308,3 +308,49 @@ def test_same_input_in_any_order_gives_the_same_decisions() -> None:
     first = schedule(snapshot(nodes=nodes, pods=pods, workloads=workloads))
     again = schedule(snapshot(nodes=nodes[::-1], pods=pods[::-1], workloads=workloads[::-1]))
     assert first == again
+
+
+def test_identical_gangs_after_a_failure_get_the_same_answer_and_message() -> None:
+    # Quota for two 4-GPU gangs: the third and fourth identical ones are refused,
+    # the fourth with exactly the third's message, without being tried again.
+    workloads = [gang(name, 1, 4, created=float(i)) for i, name in enumerate("abcd")]
+    result = schedule(
+        snapshot(
+            nodes=[gpu_node("n0"), gpu_node("n1")],
+            workloads=workloads,
+            quotas=[quota(gpu=gpus(8))],
+        )
+    )
+    decisions = {d.workload: d for d in result.decisions}
+    assert [decisions[f"ns/{n}"].verdict for n in "abcd"] == [
+        Verdict.ADMIT,
+        Verdict.ADMIT,
+        Verdict.PENDING,
+        Verdict.PENDING,
+    ]
+    assert decisions["ns/c"].reason is decisions["ns/d"].reason is Reason.QUOTA_EXCEEDED
+    assert decisions["ns/c"].message == decisions["ns/d"].message
+    assert decisions["ns/d"].workload == "ns/d"
+    assert decisions["ns/d"].queue == "q"
+
+
+def test_a_failure_is_not_reused_once_something_was_admitted_after_it() -> None:
+    # big1 is refused; small is admitted after it and uses quota, so big2, its twin,
+    # is decided afresh: same verdict, but a message with the usage as it now is.
+    workloads = [
+        gang("big1", 2, 8, created=0.0),
+        gang("small", 1, 4, created=1.0),
+        gang("big2", 2, 8, created=2.0),
+    ]
+    result = schedule(
+        snapshot(
+            nodes=[gpu_node("n0"), gpu_node("n1")],
+            workloads=workloads,
+            quotas=[quota(gpu=gpus(12))],
+        )
+    )
+    decisions = {d.workload: d for d in result.decisions}
+    assert decisions["ns/small"].verdict is Verdict.ADMIT
+    assert decisions["ns/big1"].reason is decisions["ns/big2"].reason is Reason.QUOTA_EXCEEDED
+    assert "only 12 available" in decisions["ns/big1"].message
+    assert "only 8 available" in decisions["ns/big2"].message

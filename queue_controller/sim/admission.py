@@ -1,0 +1,209 @@
+"""The admission side of a run: what the core is shown, and which gangs are worth asking about.
+
+The core decides.  This module only builds its snapshot cheaply and leaves out
+gangs whose answer cannot have changed:
+
+- Admitted gangs whose members are all bound (or, for quota-only, that have no
+  plan) only charge their quota, because their pods are already in the node
+  usage.  The settled gangs of one queue and one pod template are handed to
+  the core as a single workload of their summed pods: the same charge, and a
+  cycle's cost that stays flat however many gangs run.
+- During a cycle quota and nodes only fill up.  So a gang the core left
+  pending for ``NoNodeFit`` can only be admitted once a node it may use has
+  room for a member again, and one pending for ``QuotaExceeded`` once its
+  cohort got quota back and has room for it.  Only those, gangs that became
+  candidates since the last cycle (``fresh``: arrivals, requeues come due) and
+  StrictFIFO queues (where the head decides for the rest) go to the next
+  cycle.  The rest would be refused again.  ``exhaustive`` turns this off, and
+  a test holds both ways to identical results.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+from queue_controller.core import (
+    BoundPod,
+    Decision,
+    EquivalenceIndex,
+    Ordering,
+    PodTemplate,
+    Queue,
+    Snapshot,
+    Workload,
+    WorkloadPhase,
+    schedule,
+)
+from queue_controller.core.quota import QuotaLedger
+from queue_controller.core.resources import scale
+from queue_controller.core.shapes import Placement
+from queue_controller.sim.cluster import NodeBook, PodScheduler
+from queue_controller.sim.runstate import JobState, Phase
+from queue_controller.sim.scenario import Scenario
+
+NO_NODE_FIT = "NoNodeFit"
+QUOTA_EXCEEDED = "QuotaExceeded"
+
+
+class NeverRefuses:
+    """quota-only's placer: admission looks at the quota and nothing else."""
+
+    def __init__(self, *_: object) -> None:
+        pass
+
+    def try_place(self, shape: object, count: int) -> Placement:
+        return Placement(nodes={})
+
+    def commit(self, shape: object, placement: Placement) -> None:
+        pass
+
+
+class Admission:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        queues: tuple[Queue, ...],
+        book: NodeBook,
+        scheduler: PodScheduler,
+        exact_placement: bool,
+        exhaustive: bool = False,
+    ) -> None:
+        self.scenario = scenario
+        self.queues = queues
+        self.book = book
+        self.scheduler = scheduler
+        self.placer = EquivalenceIndex if exact_placement else NeverRefuses
+        self.exhaustive = exhaustive
+        # What came back since the last cycle, and who became a candidate.
+        self.freed_nodes: set[str] = set()
+        self.quota_back: set[tuple[str, str]] = set()  # (cohort, resource)
+        self.fresh: dict[str, JobState] = {}
+        # TeamQuota -> resource -> what its admitted gangs are charged, as the core counts.
+        self.quota_usage: dict[str, dict[str, int]] = defaultdict(dict)
+        self.unsettled: dict[str, JobState] = {}
+        self.settled: dict[tuple[str, str, tuple[object, ...]], tuple[int, PodTemplate]] = {}
+        self.cohort_of = {q.name: q.cohort or f"TeamQuota/{q.name}" for q in scenario.quotas}
+        self.strict_queues = {
+            (q.namespace, q.name) for q in queues if q.ordering is Ordering.STRICT_FIFO
+        }
+        self._ledger: QuotaLedger | None = None
+        self._worth: dict[tuple[object, ...], bool] = {}
+
+    # -- bookkeeping, told by the run --------------------------------------------
+
+    def admitted(self, job: JobState) -> None:
+        self._charge(job, +1)
+        if job.placement:
+            self.unsettled[job.key] = job
+        else:
+            self.settle(job, +1)
+
+    def settle(self, job: JobState, sign: int) -> None:
+        """Move an admitted gang into (+1) or out of (-1) the merged, settled ones."""
+        key = (job.spec.namespace, job.spec.queue, job.shape)
+        pods, _ = self.settled.get(key, (0, job.template))
+        self.settled[key] = (pods + sign * job.pods, job.template)
+        job.settled = sign > 0
+        if sign > 0:
+            self.unsettled.pop(job.key, None)
+
+    def released(self, job: JobState, nodes: list[str] | None, *, quota: bool) -> None:
+        """``job`` gives back its pods on ``nodes`` (None: everything, quota included)."""
+        self.freed_nodes.update(job.bound if nodes is None else nodes)
+        if nodes is not None or not quota:
+            return
+        self.freed_nodes.update(job.placement)  # its planned places
+        self._charge(job, -1)
+        if job.settled:
+            self.settle(job, -1)
+        self.unsettled.pop(job.key, None)
+        cohort = self.cohort_of.get(job.team, "")
+        self.quota_back.update((cohort, resource) for resource in job.request)
+
+    def _charge(self, job: JobState, sign: int) -> None:
+        if not job.team:
+            return
+        usage = self.quota_usage[job.team]
+        for resource, amount in job.request.items():
+            usage[resource] = usage.get(resource, 0) + sign * amount * job.pods
+
+    # -- the cycle ------------------------------------------------------------------
+
+    def cycle(self, pending: Mapping[str, JobState], *, now: float) -> tuple[Decision, ...]:
+        """Run the core over the admitted gangs and the pending ones worth deciding."""
+        self._ledger = None
+        self._worth = {}
+        candidates = [
+            job
+            for job in pending.values()
+            if job.phase is Phase.PENDING
+            and (job.requeue_at is None or job.requeue_at <= now)
+            and self._worth_deciding(job)
+        ]
+        self.freed_nodes, self.quota_back, self.fresh = set(), set(), {}
+        if not candidates:
+            return ()
+        usage = tuple(
+            BoundPod(namespace="", name=f"usage-{node}", node_name=node, request=used)
+            for node, used in self.book.used().items()
+        )
+        snapshot = Snapshot(
+            nodes=self.book.core_nodes(),
+            pods=usage,
+            workloads=self._admitted_workloads() + tuple(j.core_workload() for j in candidates),
+            queues=self.queues,
+            quotas=self.scenario.quotas,
+            priority_classes=self.scenario.priority_classes,
+            now=now,
+        )
+        return schedule(snapshot, placer=self.placer).decisions
+
+    def _worth_deciding(self, job: JobState) -> bool:
+        if self.exhaustive or job.key in self.fresh or not job.reason:
+            return True
+        if (job.spec.namespace, job.spec.queue) in self.strict_queues:
+            return True
+        # Gangs of one team, shape and size get the same answer: ask once per cycle.
+        key = (job.reason, job.team, job.shape, job.pods)
+        worth = self._worth.get(key)
+        if worth is None:
+            worth = self._worth[key] = self._may_be_admitted(job)
+        return worth
+
+    def _may_be_admitted(self, job: JobState) -> bool:
+        if job.reason == NO_NODE_FIT:
+            # Necessary: a node that got room back can take one member now, even
+            # before counting what admitted gangs still hold there by plan.
+            eligible = self.scheduler.eligible_set(job.shape, job.template)
+            return any(
+                node in eligible and self.book.fits(node, job.request) for node in self.freed_nodes
+            )
+        if job.reason == QUOTA_EXCEEDED:
+            cohort = self.cohort_of.get(job.team, "")
+            if not any((cohort, resource) in self.quota_back for resource in job.request):
+                return False
+            # Necessary: the quota has room for the whole gang before this cycle admits
+            # anything (the core's own ledger, over what is admitted now).
+            if self._ledger is None:
+                self._ledger = QuotaLedger(self.scenario.quotas, self.quota_usage)
+            return self._ledger.shortfall(job.team, scale(job.request, job.pods)) is None
+        return False  # the Queue or TeamQuota is missing: nothing in a run changes that
+
+    def _admitted_workloads(self) -> tuple[Workload, ...]:
+        out = [job.core_workload() for job in self.unsettled.values()]
+        for (namespace, queue, _), (pods, template) in self.settled.items():
+            if pods:
+                out.append(
+                    Workload(
+                        namespace=namespace,
+                        name=f"settled-{queue}-{len(out)}",
+                        queue=queue,
+                        template=template,
+                        gang_size=pods,
+                        pod_count=pods,
+                        phase=WorkloadPhase.ADMITTED,
+                    )
+                )
+        return tuple(out)

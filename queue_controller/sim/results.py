@@ -1,0 +1,90 @@
+"""What a simulation measured, per admission policy: the shape of ``report.json``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Gang-size classes, by the GPUs (GPU-equivalents) the whole gang asks for.
+SIZE_CLASSES = ("1", "2-8", "9-32", "33+")
+
+
+def size_class(gpus: float) -> str:
+    if gpus <= 1:
+        return "1"
+    if gpus <= 8:
+        return "2-8"
+    if gpus <= 32:
+        return "9-32"
+    return "33+"
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    count: int
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamShare:
+    allocated_gpu_hours: float
+    share: float  # of all GPU hours allocated to fully placed gangs
+    entitlement: float  # the team's nominal GPUs over the cohort's
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """Step functions sampled at event times, for the plots."""
+
+    times: tuple[float, ...]
+    allocated_gpus: tuple[float, ...]  # held by fully placed gangs
+    held_gpus: tuple[float, ...]  # held by any pod of a queued gang
+    pending_gangs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    policy: str  # gang-fit | quota-only | per-pod
+    gpu_allocation: float
+    gpu_allocation_saturated: float | None  # over the saturated window, if there is one
+    wasted_gpu_hours: float
+    stranded_gpu_fraction: float
+    queue_delay_seconds: dict[str, Percentiles]  # "all" and each of SIZE_CLASSES
+    jobs_submitted: int
+    jobs_started: int
+    jobs_completed: int
+    evictions: dict[str, int]  # reason -> count
+    deactivated_gangs: int
+    deadlocked_gangs: int
+    team_share: dict[str, TeamShare]
+    cycles: int
+    simulated_seconds: float
+    wall_seconds: float
+    series: Series
+    # (size class, seconds from arrival until the whole gang ran), for the CDF.
+    waits: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UpperBound:
+    """The fluid bound: min(demand, capacity) over time, per GPU kind."""
+
+    gpu_allocation: float
+    gpu_allocation_saturated: float | None
+    saturated_seconds: float  # how long the bound stayed at capacity
+    series: Series
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationReport:
+    scenario: str
+    seed: int
+    policy_file: str
+    capacity_gpus: float
+    nodes: int
+    jobs: int
+    sources: dict[str, str]
+    faults: dict[str, float]
+    policies: dict[str, PolicyResult] = field(default_factory=dict)
+    upper_bound: UpperBound | None = None

@@ -1,0 +1,555 @@
+"""One policy's run of the event loop: gangs queue, are admitted, bind, run, finish or go."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from queue_controller.core import (
+    Container,
+    Decision,
+    PodTemplate,
+    Verdict,
+)
+from queue_controller.core.ordering import PriorityTable
+from queue_controller.core.requests import InvalidSpecError
+from queue_controller.core.requeue import pods_ready_timeout, requeue
+from queue_controller.sim.admission import Admission
+from queue_controller.sim.cluster import NodeBook, PodScheduler, QueuedPod
+from queue_controller.sim.events import EPOCH, STRANDED_SAMPLE_SECONDS, Event, Kind
+from queue_controller.sim.faults import FaultPlan, ForeignPod
+from queue_controller.sim.measure import HOUR, Meters, entitlements
+from queue_controller.sim.policy import DEFAULT_TIMEOUT_SECONDS, Policy
+from queue_controller.sim.results import PolicyResult, size_class
+from queue_controller.sim.runstate import JobState, Phase, prepare_jobs
+from queue_controller.sim.scenario import Faults, Scenario
+
+if TYPE_CHECKING:
+    from queue_controller.journal import Entry
+
+Record = Callable[["Entry"], None]
+Progress = Callable[[str, float], None]
+_Owner = tuple[JobState, int, int]  # a queued pod's job, its index, and its bind tries
+MEMBERS_LOST = "MembersLost"
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+# Pods outside any queue: no selector, nothing tolerated.
+_FOREIGN_TEMPLATE = PodTemplate(containers=(Container(name="foreign"),))
+
+
+def _uniform(key: str, low: float, high: float) -> float:
+    """A delay in [low, high] that depends on ``key`` alone, so every policy draws the same."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return low + (high - low) * int.from_bytes(digest) / 2**64
+
+
+GIVE_UP_SECONDS = 30 * 86400.0
+
+
+class PolicyRun:
+    def __init__(
+        self,
+        name: str,
+        scenario: Scenario,
+        *,
+        policy: Policy,
+        faults: Faults,
+        plan: FaultPlan,
+        record: Record | None = None,
+        progress: Progress | None = None,
+        run_id: str = "sim",
+        exhaustive: bool = False,
+    ) -> None:
+        self.name = name
+        self.admits = name in ("gang-fit", "quota-only")
+        self.scenario = scenario
+        self.policy = policy
+        self.plan = plan
+        self.faults = faults
+        self.record_entry = record
+        self.progress = progress
+        self.source = f"simulation:{run_id}:{name}"
+        self.book = NodeBook(scenario.nodes)
+        self.scheduler = PodScheduler(self.book, scoring=policy.scheduler_scoring)
+        self.meters = Meters(self.book.capacity_gpus())
+        self.queues = tuple(policy.applied_to(q) for q in scenario.queues)
+        self.queue_by_key = {(q.namespace, q.name): q for q in self.queues}
+        self.priorities = PriorityTable(scenario.priority_classes)
+        self.jobs = prepare_jobs(scenario.jobs, scenario.queues, scenario.quotas)
+        self.priority: dict[str, int] = {}
+        self.pending: dict[str, JobState] = {}
+        self.admitted: dict[str, JobState] = {}
+        self.on_node: dict[str, set[JobState]] = defaultdict(set)
+        self.foreign_on: dict[str, set[int]] = defaultdict(set)
+        self.events: list[Event] = []
+        self.seq = 0
+        self.next_tick: float | None = None
+        self.dirty = False  # something an admission cycle could act on changed
+        self.admission = Admission(
+            scenario,
+            queues=self.queues,
+            book=self.book,
+            scheduler=self.scheduler,
+            exact_placement=name == "gang-fit",
+            exhaustive=exhaustive,
+        )
+        self.cycles = 0
+        self.completed = 0
+        self.deactivated = 0
+        self.deadlocked = 0
+        self.finished_jobs = 0  # done, deactivated or invalid: for the progress bar
+        self.foreign_dropped = 0
+
+    # -- the loop ------------------------------------------------------------
+
+    def push(self, at: float, kind: Kind, data: Any = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, kind.value, self.seq, data))
+
+    def run(self) -> None:
+        for job in self.jobs:
+            self.push(job.spec.arrival, Kind.ARRIVE, job)
+        for failure in self.plan.node_failures:
+            self.push(failure.at, Kind.NODE_DOWN, failure.node)
+            self.push(failure.repaired, Kind.NODE_UP, failure.node)
+        for pod in self.plan.foreign_pods:
+            self.push(pod.at, Kind.FOREIGN_START, pod)
+        self.push(0.0, Kind.SAMPLE)
+        handlers: dict[int, Callable[[Any], None]] = {
+            Kind.ARRIVE.value: self._arrive,
+            Kind.TICK.value: self._tick,
+            Kind.BIND.value: self._bind_planned,
+            Kind.ENQUEUE.value: self._enqueue,
+            Kind.START.value: self._start,
+            Kind.FINISH.value: self._finish,
+            Kind.TIMEOUT.value: self._timeout,
+            Kind.DUE.value: self._due,
+            Kind.NODE_DOWN.value: self._node_down,
+            Kind.NODE_UP.value: self._node_up,
+            Kind.FOREIGN_START.value: self._foreign_start,
+            Kind.FOREIGN_END.value: self._foreign_end,
+            Kind.DEADLOCK_CHECK.value: self._deadlock_check,
+            Kind.SAMPLE.value: self._sample,
+        }
+        handled = 0
+        # A gang that can never run and is requeued without limit would keep the
+        # clock going forever: stop a month after the last arrival.
+        stop = max((job.spec.arrival for job in self.jobs), default=0.0) + GIVE_UP_SECONDS
+        while self.events:
+            at, kind, _, data = heapq.heappop(self.events)
+            if at > stop:
+                break
+            self.meters.advance(at)
+            handlers[kind](data)
+            self.meters.record()
+            handled += 1
+            if self.progress is not None and handled % 2000 == 0:
+                self.progress(self.name, self.finished_jobs / max(len(self.jobs), 1))
+        if self.progress is not None:
+            self.progress(self.name, 1.0)
+
+    @property
+    def now(self) -> float:
+        return self.meters.now
+
+    def _wake(self) -> None:
+        """Make sure a tick comes: the cycle (or kube-scheduler's pass) runs then."""
+        if self.next_tick is not None:
+            return
+        period = self.policy.cycle_seconds
+        at = (int(self.now // period) + 1) * period
+        self.next_tick = at
+        self.push(at, Kind.TICK)
+
+    # -- arrivals, cycles and kube-scheduler ---------------------------------
+
+    def _arrive(self, job: JobState) -> None:
+        try:
+            self.priority[job.key] = self.priorities.value_of(job.template)
+        except InvalidSpecError as error:
+            job.error = job.error or f"spec.template.spec.{error.field}: {error.detail}"
+        self.meters.pending += 1
+        if self.admits:
+            job.phase = Phase.PENDING
+            self.pending[job.key] = job
+            self.admission.fresh[job.key] = job
+            self.dirty = True
+            self._wake()
+            return
+        if job.error or not job.request:
+            self._invalid(job, job.error or "no usable request")
+            return
+        job.phase = Phase.ADMITTED
+        self.admitted[job.key] = job
+        for pod in range(job.pods):
+            self.push(
+                self.now + self._bind_delay(job, pod), Kind.ENQUEUE, (job, job.attempt, pod, 0)
+            )
+
+    def _tick(self, _: object) -> None:
+        self.next_tick = None
+        if self.admits and self.dirty:
+            self.dirty = False
+            self._cycle()
+        if self.scheduler.queue and self.book.freed | self.scheduler.fresh:
+            self.scheduler.fresh = set()
+            self.scheduler.run(bind=self._bind_queued, stale=self._stale, retry=self._retry)
+
+    def _cycle(self) -> None:
+        self.cycles += 1
+        decisions = self.admission.cycle(self.pending, now=self.now)
+        for decision in decisions:
+            job = self.pending[decision.workload]
+            if decision.verdict is Verdict.ADMIT:
+                self._admit(job, decision)
+            elif decision.verdict is Verdict.INVALID:
+                del self.pending[job.key]
+                self._invalid(job, decision.message)
+            elif decision.reason.value != job.reason:
+                job.reason = decision.reason.value
+                self._journal(job, "Pending", job.reason, decision.message)
+
+    def _admit(self, job: JobState, decision: Decision) -> None:
+        del self.pending[job.key]
+        self.admitted[job.key] = job
+        job.phase = Phase.ADMITTED
+        job.admitted_at = self.now
+        job.reason = ""
+        job.placement = dict(decision.placement)
+        job.changed()
+        self.admission.admitted(job)
+        self._journal(job, "Admitted", "Admitted", decision.message, placement=job.placement)
+        if self.name == "gang-fit":
+            pod = 0
+            for node, count in sorted(job.placement.items()):
+                for _ in range(count):
+                    at = self.now + self._bind_delay(job, pod)
+                    self.push(at, Kind.BIND, (job, job.attempt, pod, 0, node))
+                    pod += 1
+        else:
+            for pod in range(job.pods):
+                at = self.now + self._bind_delay(job, pod)
+                self.push(at, Kind.ENQUEUE, (job, job.attempt, pod, 0))
+        queue = self.queue_by_key[(job.spec.namespace, job.spec.queue)]
+        timeout = pods_ready_timeout(
+            pod_group_seconds=None,
+            queue_seconds=queue.pods_ready_timeout_seconds,
+            default_seconds=DEFAULT_TIMEOUT_SECONDS,
+        )
+        self.push(self.now + timeout, Kind.TIMEOUT, (job, job.attempt))
+
+    def _bind_delay(self, job: JobState, pod: int) -> float:
+        window = self.policy.bind_delay_seconds
+        return _uniform(f"bind:{job.key}:{job.attempt}:{pod}", window.min, window.max)
+
+    def _enqueue(self, data: tuple[JobState, int, int, int]) -> None:
+        job, attempt, pod, tries = data
+        if attempt != job.attempt or job.phase is not Phase.ADMITTED:
+            return
+        self.scheduler.add(
+            QueuedPod(
+                sort_key=(-self.priority.get(job.key, 0), self.now, self.seq),
+                owner=(job, pod, tries),
+                attempt=attempt,
+                template=job.template,
+                request=job.request,
+                shape=job.shape,
+            )
+        )
+        self.scheduler.fresh.add(job.shape)
+        self._wake()
+
+    def _stale(self, pod: QueuedPod) -> bool:
+        job: JobState = pod.owner[0]
+        return pod.attempt != job.attempt or job.phase is not Phase.ADMITTED
+
+    def _bind_queued(self, pod: QueuedPod, node: str) -> bool:
+        job, index, tries = cast(_Owner, pod.owner)
+        if self.plan.bind_fails(job.key, job.attempt, index, tries):
+            return False
+        self._bind(job, node, index)
+        return True
+
+    def _retry(self, pod: QueuedPod) -> None:
+        job, index, tries = cast(_Owner, pod.owner)
+        self.push(
+            self.now + self.plan.bind_retry_seconds,
+            Kind.ENQUEUE,
+            (job, pod.attempt, index, tries + 1),
+        )
+
+    def _bind_planned(self, data: tuple[JobState, int, int, int, str]) -> None:
+        """gang-fit: a member binds to the node the core planned for it, or retries there."""
+        job, attempt, pod, tries, node = data
+        if attempt != job.attempt or job.phase is not Phase.ADMITTED:
+            return
+        if (
+            node in self.book.down
+            or not self.book.fits(node, job.request)
+            or self.plan.bind_fails(job.key, attempt, pod, tries)
+        ):
+            at = self.now + self.plan.bind_retry_seconds
+            self.push(at, Kind.BIND, (job, attempt, pod, tries + 1, node))
+            return
+        self._bind(job, node, pod)
+
+    # -- binding, running, finishing -----------------------------------------
+
+    def _bind(self, job: JobState, node: str, pod: int) -> None:
+        self.book.take(node, job.request)
+        job.bound[node] += 1
+        job.bound_count += 1
+        gpus = job.gpus_on.get(node)
+        if gpus is None:
+            gpus = job.gpus_on[node] = self.scheduler.gpus_of(node, job.request)
+        job.held_gpus += gpus
+        self.meters.hold(gpus)
+        self.on_node[node].add(job)
+        job.last_progress = self.now
+        job.changed()
+        window = self.policy.start_delay_seconds
+        start = _uniform(f"start:{job.key}:{job.attempt}:{pod}", window.min, window.max)
+        self.push(self.now + start, Kind.START, (job, job.attempt))
+        if job.bound_count == job.pods:
+            if self.admits and not job.settled:
+                self.admission.settle(job, +1)
+            job.fully_placed = True
+            self.meters.placed(job.team, job.held_gpus)
+            self.meters.pending -= 1
+            if not job.placed_once:
+                job.placed_once = True
+                gang_gpus = job.held_gpus
+                self.meters.waits.append((size_class(gang_gpus), self.now - job.spec.arrival))
+        elif not self.admits:
+            self.push(self.now + self.policy.deadlock_seconds, Kind.DEADLOCK_CHECK, (job, self.now))
+
+    def _start(self, data: tuple[JobState, int]) -> None:
+        job, attempt = data
+        if attempt != job.attempt or job.phase is not Phase.ADMITTED:
+            return
+        job.running += 1
+        if job.running == job.pods:
+            self.push(self.now + job.spec.duration, Kind.FINISH, (job, attempt))
+
+    def _release(self, job: JobState, nodes: list[str] | None = None) -> None:
+        """Give back the pods ``job`` has on ``nodes`` (all of them by default)."""
+        self.admission.released(job, nodes, quota=self.admits)
+        if job.fully_placed:
+            self.meters.unplaced(job.team, job.held_gpus)
+            job.fully_placed = False
+            self.meters.pending += 1
+        for node in nodes if nodes is not None else list(job.bound):
+            count = job.bound.pop(node, 0)
+            if not count:
+                continue
+            job.bound_count -= count
+            for _ in range(count):
+                self.book.give(node, job.request)
+            gpus = job.gpus_on[node] * count
+            job.held_gpus -= gpus
+            self.meters.release(gpus)
+            self.on_node[node].discard(job)
+        job.changed()
+        self.dirty = True
+        self._wake()
+
+    def _finish(self, data: tuple[JobState, int]) -> None:
+        job, attempt = data
+        if attempt != job.attempt or job.phase is not Phase.ADMITTED:
+            return
+        self._release(job)
+        self.meters.pending -= 1  # _release counted it as waiting again
+        job.phase = Phase.DONE
+        del self.admitted[job.key]
+        self.completed += 1
+        self.finished_jobs += 1
+        self._journal(job, "Finished", "Succeeded", "every member completed")
+
+    def _timeout(self, data: tuple[JobState, int]) -> None:
+        job, attempt = data
+        if attempt != job.attempt or job.phase is not Phase.ADMITTED:
+            return
+        if job.running < job.pods:
+            self._evict(
+                job,
+                PODS_READY_TIMEOUT,
+                f"{job.running} of {job.pods} members running after the pods-ready timeout",
+            )
+
+    def _evict(self, job: JobState, reason: str, message: str) -> None:
+        self._release(job)
+        job.attempt += 1
+        job.running = 0
+        job.placement = {}
+        del self.admitted[job.key]
+        self.meters.evictions[reason] += 1
+        self._journal(job, "Evicted", reason, message)
+        queue = self.queue_by_key[(job.spec.namespace, job.spec.queue)]
+        outcome = requeue(queue.requeue, previous=job.requeue_count, now=self.now)
+        job.requeue_count = outcome.count
+        if outcome.deactivated:
+            job.phase = Phase.DEACTIVATED
+            self.meters.pending -= 1
+            self.deactivated += 1
+            self.finished_jobs += 1
+            self._journal(job, "Deactivated", "BackoffLimitExceeded", "past the backoffLimit")
+            return
+        job.phase = Phase.PENDING
+        job.requeue_at = outcome.at
+        self.pending[job.key] = job
+        self.push(outcome.at, Kind.DUE, job)
+        self._journal(job, "Requeued", "Backoff", f"eligible again in {outcome.at - self.now:.0f}s")
+
+    def _due(self, job: JobState) -> None:
+        if job.phase is Phase.PENDING:
+            self.admission.fresh[job.key] = job
+        self.dirty = True
+        self._wake()
+
+    def _invalid(self, job: JobState, message: str) -> None:
+        job.phase = Phase.INVALID
+        self.meters.pending -= 1
+        self.finished_jobs += 1
+        self._journal(job, "Invalid", "InvalidSpec", message)
+
+    # -- faults ----------------------------------------------------------------
+
+    def _node_down(self, node: str) -> None:
+        self.book.fail(node)
+        for job in sorted(self.on_node[node], key=lambda j: j.key):
+            if self.admits:
+                self._evict(job, MEMBERS_LOST, f"node {node} failed")
+            else:
+                self._lose(job, node)
+        self.foreign_on[node].clear()
+        self.book.free[node] = dict(self.book.allocatable[node])
+
+    def _lose(self, job: JobState, node: str) -> None:
+        """per-pod: the Job controller recreates the lost pods; the gang's run restarts."""
+        self._release(job, [node])
+        job.attempt += 1
+        job.running = job.bound_count
+        for pod in range(job.bound_count, job.pods):
+            at = self.now + self._bind_delay(job, pod)
+            self.push(at, Kind.ENQUEUE, (job, job.attempt, pod, 0))
+
+    def _node_up(self, node: str) -> None:
+        self.book.recover(node)
+        self.admission.freed_nodes.add(node)
+        self.dirty = True
+        self._wake()
+
+    def _foreign_start(self, pod: ForeignPod) -> None:
+        queued = QueuedPod((0, self.now, 0), pod, 0, _FOREIGN_TEMPLATE, pod.request, ("foreign",))
+        node = self.scheduler.best_node(
+            queued, self.scheduler.eligible(queued.shape, queued.template)
+        )
+        if node is None:
+            self.foreign_dropped += 1
+            return
+        self.book.take(node, pod.request)
+        self.foreign_on[node].add(pod.index)
+        self.push(pod.ends, Kind.FOREIGN_END, (pod, node))
+
+    def _foreign_end(self, data: tuple[ForeignPod, str]) -> None:
+        pod, node = data
+        if pod.index in self.foreign_on[node]:
+            self.foreign_on[node].discard(pod.index)
+            self.book.give(node, pod.request)
+            self.admission.freed_nodes.add(node)
+            self.dirty = True
+            self._wake()
+
+    def _deadlock_check(self, data: tuple[JobState, float]) -> None:
+        job, stamp = data
+        if job.deadlocked or job.phase is not Phase.ADMITTED or job.fully_placed:
+            return
+        if job.last_progress == stamp and job.bound_count > 0:
+            job.deadlocked = True
+            self.deadlocked += 1
+
+    def _sample(self, _: object) -> None:
+        """Stranded capacity: free GPUs on up nodes that no waiting pod shape could use."""
+        waiting = {
+            j.shape: j
+            for j in (*self.pending.values(), *self.admitted.values())
+            if not j.fully_placed and j.request
+        }
+        stranded = 0.0
+        if waiting:
+            for node in self.book.order:
+                if node in self.book.down:
+                    continue
+                free_gpus = self.scheduler.gpus_of(node, self.book.free[node])
+                if free_gpus <= 1e-9:
+                    continue
+                if not any(
+                    self.book.fits(node, j.request)
+                    and node in self.scheduler.eligible_set(j.shape, j.template)
+                    for j in waiting.values()
+                ):
+                    stranded += free_gpus
+        self.meters.stranded(stranded, STRANDED_SAMPLE_SECONDS)
+        if self.events:
+            self.push(self.now + STRANDED_SAMPLE_SECONDS, Kind.SAMPLE)
+
+    # -- output ----------------------------------------------------------------
+
+    def _journal(
+        self,
+        job: JobState,
+        event: str,
+        reason: str,
+        message: str,
+        *,
+        placement: dict[str, int] | None = None,
+    ) -> None:
+        if self.record_entry is None:
+            return
+        from queue_controller.journal import Entry, JournalEvent
+
+        self.record_entry(
+            Entry(
+                at=EPOCH + timedelta(seconds=self.now),
+                namespace=job.spec.namespace,
+                name=job.spec.name,
+                queue=job.spec.queue,
+                event=JournalEvent(event),
+                reason=reason,
+                message=message,
+                placement=placement or {},
+                requeue_count=job.requeue_count,
+                source=self.source,
+            )
+        )
+
+    def result(self, *, wall_seconds: float) -> PolicyResult:
+        meters = self.meters
+        # The run ends with its last change: a gang finishing or giving up.  Stale
+        # retries, empty ticks and samples after it do not stretch it.
+        end = meters.times[-1]
+        return PolicyResult(
+            policy=self.name,
+            gpu_allocation=round(meters.fraction(meters.allocated_area, end), 4),
+            gpu_allocation_saturated=None,
+            wasted_gpu_hours=round(meters.wasted_area / HOUR, 2),
+            stranded_gpu_fraction=round(
+                meters.fraction(meters.stranded_area, meters.stranded_span), 4
+            ),
+            queue_delay_seconds=meters.queue_delays(),
+            jobs_submitted=len(self.jobs),
+            jobs_started=sum(1 for j in self.jobs if j.placed_once),
+            jobs_completed=self.completed,
+            evictions=dict(sorted(meters.evictions.items())),
+            deactivated_gangs=self.deactivated,
+            deadlocked_gangs=self.deadlocked,
+            team_share=meters.team_shares(entitlements(self.scenario)),
+            cycles=self.cycles,
+            simulated_seconds=round(end, 1),
+            wall_seconds=round(wall_seconds, 2),
+            series=meters.series(),
+            waits=tuple(meters.waits),
+        )

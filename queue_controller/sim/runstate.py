@@ -1,0 +1,125 @@
+"""The mutable state of one gang during one policy's run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from queue_controller.core import PodTemplate, Queue, TeamQuota, Workload, WorkloadPhase
+from queue_controller.core.requests import InvalidSpecError, pod_request
+from queue_controller.sim.scenario import SimJob
+
+
+class Phase(Enum):
+    WAITING = "Waiting"  # not arrived yet
+    PENDING = "Pending"  # queued, not admitted (or, per-pod, pods not all bound)
+    ADMITTED = "Admitted"  # admitted: its members are binding, or bound
+    DONE = "Done"
+    DEACTIVATED = "Deactivated"  # evicted past the queue's backoffLimit
+    INVALID = "Invalid"
+
+
+@dataclass(eq=False, slots=True)
+class JobState:
+    spec: SimJob
+    template: PodTemplate
+    request: Mapping[str, int]  # per pod, milli-units; empty when invalid
+    team: str
+    shape: tuple[object, ...]  # equal for jobs whose pods are interchangeable
+    error: str = ""
+    phase: Phase = Phase.WAITING
+    attempt: int = 0  # bumped on every eviction: events of older attempts are ignored
+    requeue_count: int = 0
+    requeue_at: float | None = None
+    admitted_at: float = 0.0
+    placement: dict[str, int] = field(default_factory=dict)  # planned (gang-fit)
+    bound: Counter[str] = field(default_factory=Counter)  # node -> bound pods
+    bound_count: int = 0  # the sum of ``bound``
+    gpus_on: dict[str, float] = field(default_factory=dict)  # node -> GPU-eq of one pod
+    running: int = 0
+    held_gpus: float = 0.0
+    fully_placed: bool = False
+    settled: bool = False  # admitted and merged with its like for the core (engine)
+    placed_once: bool = False
+    last_progress: float = 0.0
+    deadlocked: bool = False
+    reason: str = ""  # the last pending reason journalled
+    workload: Workload | None = None
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def pods(self) -> int:
+        return self.spec.pods
+
+    def core_workload(self) -> Workload:
+        """The gang as the core sees it; rebuilt only when what the core reads changes."""
+        if self.workload is None:
+            self.workload = self._build()
+        return self.workload
+
+    def changed(self) -> None:
+        self.workload = None
+
+    def _build(self) -> Workload:
+        admitted = self.phase is Phase.ADMITTED
+        # Members not bound yet still hold their planned place; bound ones are counted
+        # on their node already (the engine hands the core node usage, not pods).
+        waiting = {
+            node: count - self.bound.get(node, 0)
+            for node, count in self.placement.items()
+            if count > self.bound.get(node, 0)
+        }
+        return Workload(
+            namespace=self.spec.namespace,
+            name=self.spec.name,
+            queue=self.spec.queue,
+            template=self.template,
+            gang_size=self.spec.pods,
+            pod_count=self.spec.pods,
+            phase=WorkloadPhase.ADMITTED if admitted else WorkloadPhase.PENDING,
+            created=self.spec.arrival,
+            requeue_at=self.requeue_at,
+            requeue_count=self.requeue_count,
+            placement=waiting if admitted else {},
+        )
+
+
+def prepare_jobs(
+    jobs: Sequence[SimJob], queues: Sequence[Queue], quotas: Sequence[TeamQuota]
+) -> list[JobState]:
+    """One state per job; templates and requests are parsed once, shared by equal jobs."""
+    team_of = {(q.namespace, q.name): q.team_quota for q in queues}
+    known = {q.name for q in quotas}
+    templates: dict[tuple[object, ...], tuple[PodTemplate, Mapping[str, int], str]] = {}
+    out = []
+    for job in jobs:
+        key = (
+            tuple(sorted(job.request.items())),
+            tuple(sorted(job.node_selector.items())),
+            job.priority_class,
+        )
+        if key not in templates:
+            template = job.template()
+            try:
+                templates[key] = (template, pod_request(template), "")
+            except InvalidSpecError as invalid:
+                why = f"spec.template.spec.{invalid.field}: {invalid.detail}"
+                templates[key] = (template, {}, why)
+        template, request, problem = templates[key]
+        team = team_of.get((job.namespace, job.queue), "")
+        out.append(
+            JobState(
+                spec=job,
+                template=template,
+                request=request,
+                team=team if team in known else "",
+                shape=key,
+                error=problem,
+            )
+        )
+    return out

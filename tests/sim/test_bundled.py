@@ -1,0 +1,114 @@
+"""The bundled scenario: what `queue-controller simulate` shows with no arguments.
+
+These are the issue's "Done when" figures, checked on the real run (about half
+a minute): gang-fit deadlocks nothing, is evicted at most half as often as
+quota-only, allocates at least as much as quota-only and at least 90% of the
+fluid bound while the cluster is saturated, and wastes less GPU time than both
+baselines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from queue_controller.sim.engine import simulate
+from queue_controller.sim.generate import DEFAULT_FAULTS, bundled_scenario, generate_workload
+from queue_controller.sim.gpus import capacity
+from queue_controller.sim.policy import Policy, load, resolve
+from queue_controller.sim.report import report_json
+from queue_controller.sim.results import SimulationReport
+
+
+@pytest.fixture(scope="module")
+def bundled() -> SimulationReport:
+    return simulate(
+        bundled_scenario(), policy=load(resolve("default")), faults=DEFAULT_FAULTS, seed=7
+    )
+
+
+def test_the_bundled_cluster_and_workload() -> None:
+    scenario = bundled_scenario()
+    assert len(scenario.nodes) == 64
+    assert sum(capacity(node) for node in scenario.nodes) == pytest.approx(448)
+    assert len(scenario.jobs) == 5000
+    assert {q.team_quota for q in scenario.queues} == {q.name for q in scenario.quotas}
+    assert len({q.cohort for q in scenario.quotas}) == 1
+    gangs = [job.pods * int(job.request.get("nvidia.com/gpu", "0")) for job in scenario.jobs]
+    assert max(gangs) == 64  # the heavy tail reaches 64-GPU gangs
+
+
+def test_gang_fit_meets_the_done_when_figures(bundled: SimulationReport) -> None:
+    ours = bundled.policies["gang-fit"]
+    quota_only = bundled.policies["quota-only"]
+    per_pod = bundled.policies["per-pod"]
+    upper = bundled.upper_bound
+    assert upper is not None
+    assert upper.saturated_seconds > 3600
+    assert ours.deadlocked_gangs == 0
+    assert sum(ours.evictions.values()) * 2 <= sum(quota_only.evictions.values())
+    assert ours.gpu_allocation_saturated is not None
+    assert quota_only.gpu_allocation_saturated is not None
+    assert upper.gpu_allocation_saturated is not None
+    assert ours.gpu_allocation_saturated >= quota_only.gpu_allocation_saturated
+    assert ours.gpu_allocation_saturated >= 0.9 * upper.gpu_allocation_saturated
+    assert ours.wasted_gpu_hours < quota_only.wasted_gpu_hours
+    assert ours.wasted_gpu_hours < per_pod.wasted_gpu_hours
+    assert ours.jobs_completed == ours.jobs_submitted == 5000
+
+
+def test_the_report_has_every_policy_and_the_bound(bundled: SimulationReport) -> None:
+    document = report_json(bundled)
+    assert set(document["policies"]) == {"gang-fit", "quota-only", "per-pod"}
+    assert "gpu_allocation" in document["upper_bound"]
+
+
+def test_a_run_is_a_pure_function_of_its_inputs_and_seed() -> None:
+    scenario = bundled_scenario(jobs=400)
+    first = report_json(simulate(scenario, policy=Policy(name="d"), faults=DEFAULT_FAULTS, seed=3))
+    again = report_json(simulate(scenario, policy=Policy(name="d"), faults=DEFAULT_FAULTS, seed=3))
+    for document in (first, again):
+        for policy in document["policies"].values():
+            policy.pop("wall_seconds")
+    assert first == again
+
+
+def test_leaving_out_hopeless_gangs_changes_nothing() -> None:
+    """The engine only shows the core gangs whose answer may have changed; showing
+    it every pending gang every cycle must give the very same run."""
+    base = bundled_scenario(jobs=0)
+    jobs = generate_workload(
+        seed=11,
+        jobs=700,
+        queues=base.queues,
+        nodes=base.nodes,
+        quotas=base.quotas,
+        priority_classes=base.priority_classes,
+    )
+    scenario = dataclasses.replace(base, jobs=jobs)
+    policy = Policy.model_validate({"name": "strict", "ordering": "StrictFIFO"})
+    for chosen in (Policy(name="d"), policy):
+        lean = simulate(scenario, policy=chosen, faults=DEFAULT_FAULTS, seed=5)
+        full = simulate(scenario, policy=chosen, faults=DEFAULT_FAULTS, seed=5, exhaustive=True)
+        for name in ("gang-fit", "quota-only"):
+            a, b = lean.policies[name], full.policies[name]
+            assert a.series == b.series
+            assert a.waits == b.waits
+            assert a.evictions == b.evictions
+            assert a.cycles == b.cycles
+
+
+def test_the_generator_is_seeded() -> None:
+    base = bundled_scenario(jobs=0)
+
+    def draw(seed: int) -> tuple[object, ...]:
+        return generate_workload(
+            seed=seed, jobs=300, queues=base.queues, nodes=base.nodes, quotas=base.quotas
+        )
+
+    assert draw(1) == draw(1)
+    assert draw(1) != draw(2)
+    jobs = draw(1)
+    assert [j.arrival for j in jobs] == sorted(j.arrival for j in jobs)
+    assert sum(1 for j in jobs if j.pods == 1) > len(jobs) / 2  # many single-pod jobs
