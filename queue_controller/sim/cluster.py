@@ -133,20 +133,23 @@ class PodScheduler:
         return self._eligible_sets[shape]
 
     def best_node(self, pod: QueuedPod, candidates: Sequence[str]) -> str | None:
-        book = self.book
-        scarce = sorted(pod.request, key=scarcity_rank)
+        """kube-scheduler's choice: a node that fits, scored on the pod's scarcest resource
+        (the share of it left free after binding), ties to the first name."""
+        book, request = self.book, pod.request
+        scarce = min(request, key=scarcity_rank)
+        need = request[scarce]
+        rest = [(r, a) for r, a in request.items() if r != scarce]
+        free_of, allocatable_of, down = book.free, book.allocatable, book.down
         best: tuple[float, str] | None = None
         for name in candidates:
-            if name in book.down or not book.fits(name, pod.request):
+            free = free_of[name]
+            left = free.get(scarce, 0) - need
+            # The scarce resource first: on a busy cluster it rules out most nodes.
+            if left < 0 or name in down or any(free.get(r, 0) < a for r, a in rest):
                 continue
-            free, allocatable = book.free[name], book.allocatable[name]
-            # The share of the pod's scarcest resource left free after it binds.
-            left = sum(
-                (free.get(r, 0) - pod.request[r]) / allocatable[r]
-                for r in scarce[:1]
-                if allocatable.get(r)
-            )
-            score = left if self.most_allocated else -left
+            total = allocatable_of[name].get(scarce, 0)
+            share = left / total if total else 0.0
+            score = share if self.most_allocated else -share
             if best is None or (score, name) < best:
                 best = (score, name)
         return best[1] if best else None
@@ -179,6 +182,28 @@ class PodScheduler:
                 retry(pod)
         self._blocked = blocked_now
         return bound
+
+    def stranded_gpus(
+        self, waiting: Mapping[tuple[object, ...], tuple[PodTemplate, Mapping[str, int]]]
+    ) -> float:
+        """Free GPUs on up nodes that no waiting pod shape (shape -> template, request)
+        could use.  Nothing is stranded while nothing waits: it is merely idle."""
+        book = self.book
+        stranded = 0.0
+        if not waiting:
+            return stranded
+        for node in book.order:
+            if node in book.down:
+                continue
+            free_gpus = self.gpus_of(node, book.free[node])
+            if free_gpus <= 1e-9:
+                continue
+            if not any(
+                book.fits(node, request) and node in self.eligible_set(shape, template)
+                for shape, (template, request) in waiting.items()
+            ):
+                stranded += free_gpus
+        return stranded
 
     def gpus_of(self, node: str, request: Mapping[str, int]) -> float:
         return value_of(self.book.nodes[node], request)

@@ -6,7 +6,6 @@ import hashlib
 import heapq
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from queue_controller.core import (
@@ -20,9 +19,10 @@ from queue_controller.core.requests import InvalidSpecError
 from queue_controller.core.requeue import pods_ready_timeout, requeue
 from queue_controller.sim.admission import Admission
 from queue_controller.sim.cluster import NodeBook, PodScheduler, QueuedPod
-from queue_controller.sim.events import EPOCH, STRANDED_SAMPLE_SECONDS, Event, Kind
+from queue_controller.sim.events import STRANDED_SAMPLE_SECONDS, Event, Kind
 from queue_controller.sim.faults import FaultPlan, ForeignPod
-from queue_controller.sim.measure import HOUR, Meters, entitlements
+from queue_controller.sim.measure import Meters
+from queue_controller.sim.outcome import journal_entry, policy_result
 from queue_controller.sim.policy import DEFAULT_TIMEOUT_SECONDS, Policy
 from queue_controller.sim.results import PolicyResult, size_class
 from queue_controller.sim.runstate import JobState, Phase, prepare_jobs
@@ -474,25 +474,11 @@ class PolicyRun:
     def _sample(self, _: object) -> None:
         """Stranded capacity: free GPUs on up nodes that no waiting pod shape could use."""
         waiting = {
-            j.shape: j
+            j.shape: (j.template, j.request)
             for j in (*self.pending.values(), *self.admitted.values())
             if not j.fully_placed and j.request
         }
-        stranded = 0.0
-        if waiting:
-            for node in self.book.order:
-                if node in self.book.down:
-                    continue
-                free_gpus = self.scheduler.gpus_of(node, self.book.free[node])
-                if free_gpus <= 1e-9:
-                    continue
-                if not any(
-                    self.book.fits(node, j.request)
-                    and node in self.scheduler.eligible_set(j.shape, j.template)
-                    for j in waiting.values()
-                ):
-                    stranded += free_gpus
-        self.meters.stranded(stranded, STRANDED_SAMPLE_SECONDS)
+        self.meters.stranded(self.scheduler.stranded_gpus(waiting), STRANDED_SAMPLE_SECONDS)
         if self.events:
             self.push(self.now + STRANDED_SAMPLE_SECONDS, Kind.SAMPLE)
 
@@ -507,49 +493,28 @@ class PolicyRun:
         *,
         placement: dict[str, int] | None = None,
     ) -> None:
-        if self.record_entry is None:
-            return
-        from queue_controller.journal import Entry, JournalEvent
-
-        self.record_entry(
-            Entry(
-                at=EPOCH + timedelta(seconds=self.now),
-                namespace=job.spec.namespace,
-                name=job.spec.name,
-                queue=job.spec.queue,
-                event=JournalEvent(event),
-                reason=reason,
-                message=message,
-                placement=placement or {},
-                requeue_count=job.requeue_count,
-                source=self.source,
+        if self.record_entry is not None:
+            self.record_entry(
+                journal_entry(
+                    job,
+                    event,
+                    reason,
+                    message,
+                    at=self.now,
+                    source=self.source,
+                    placement=placement or {},
+                )
             )
-        )
 
     def result(self, *, wall_seconds: float) -> PolicyResult:
-        meters = self.meters
-        # The run ends with its last change: a gang finishing or giving up.  Stale
-        # retries, empty ticks and samples after it do not stretch it.
-        end = meters.times[-1]
-        return PolicyResult(
+        return policy_result(
+            self.meters,
             policy=self.name,
-            gpu_allocation=round(meters.fraction(meters.allocated_area, end), 4),
-            gpu_allocation_saturated=None,
-            wasted_gpu_hours=round(meters.wasted_area / HOUR, 2),
-            stranded_gpu_fraction=round(
-                meters.fraction(meters.stranded_area, meters.stranded_span), 4
-            ),
-            queue_delay_seconds=meters.queue_delays(),
-            jobs_submitted=len(self.jobs),
-            jobs_started=sum(1 for j in self.jobs if j.placed_once),
-            jobs_completed=self.completed,
-            evictions=dict(sorted(meters.evictions.items())),
-            deactivated_gangs=self.deactivated,
-            deadlocked_gangs=self.deadlocked,
-            team_share=meters.team_shares(entitlements(self.scenario)),
+            scenario=self.scenario,
+            jobs=self.jobs,
+            completed=self.completed,
+            deactivated=self.deactivated,
+            deadlocked=self.deadlocked,
             cycles=self.cycles,
-            simulated_seconds=round(end, 1),
-            wall_seconds=round(wall_seconds, 2),
-            series=meters.series(),
-            waits=tuple(meters.waits),
+            wall_seconds=wall_seconds,
         )

@@ -1,0 +1,81 @@
+"""What a policy's run leaves behind: journal entries as it goes, and its result at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from queue_controller.sim.events import EPOCH
+from queue_controller.sim.measure import HOUR, Meters, entitlements
+from queue_controller.sim.results import PolicyResult
+from queue_controller.sim.runstate import JobState
+from queue_controller.sim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from queue_controller.journal import Entry
+
+
+def journal_entry(
+    job: JobState,
+    event: str,
+    reason: str,
+    message: str,
+    *,
+    at: float,
+    source: str,
+    placement: Mapping[str, int],
+) -> Entry:
+    """The controller's journal entry for a decision taken at simulated second ``at``."""
+    # Imported here: SQLAlchemy is only paid for when a journal is kept.
+    from queue_controller.journal import Entry, JournalEvent
+
+    return Entry(
+        at=EPOCH + timedelta(seconds=at),
+        namespace=job.spec.namespace,
+        name=job.spec.name,
+        queue=job.spec.queue,
+        event=JournalEvent(event),
+        reason=reason,
+        message=message,
+        placement=dict(placement),
+        requeue_count=job.requeue_count,
+        source=source,
+    )
+
+
+def policy_result(
+    meters: Meters,
+    *,
+    policy: str,
+    scenario: Scenario,
+    jobs: Sequence[JobState],
+    completed: int,
+    deactivated: int,
+    deadlocked: int,
+    cycles: int,
+    wall_seconds: float,
+) -> PolicyResult:
+    # The run ends with its last change: a gang finishing or giving up.  Stale
+    # retries, empty ticks and samples after it do not stretch it.
+    end = meters.times[-1]
+    return PolicyResult(
+        policy=policy,
+        gpu_allocation=round(meters.fraction(meters.allocated_area, end), 4),
+        gpu_allocation_saturated=None,  # the engine fills it in against the bound
+        wasted_gpu_hours=round(meters.wasted_area / HOUR, 2),
+        stranded_gpu_fraction=round(meters.fraction(meters.stranded_area, meters.stranded_span), 4),
+        queue_delay_seconds=meters.queue_delays(),
+        jobs_submitted=len(jobs),
+        jobs_started=sum(1 for job in jobs if job.placed_once),
+        jobs_completed=completed,
+        evictions=dict(sorted(meters.evictions.items())),
+        deactivated_gangs=deactivated,
+        deadlocked_gangs=deadlocked,
+        team_share=meters.team_shares(entitlements(scenario)),
+        cycles=cycles,
+        simulated_seconds=round(end, 1),
+        wall_seconds=round(wall_seconds, 2),
+        series=meters.series(),
+        waits=tuple(meters.waits),
+    )
