@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from queue_controller.localcluster.cluster import Layout, LocalCluster, State
@@ -15,7 +16,14 @@ def _layout(tmp_path: Path) -> Layout:
 
 def _sleeper(*argv: str) -> subprocess.Popen[bytes]:
     # The trailing words are what tells a controller apart: `... queue_controller ... run`.
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    # Popen returns as soon as exec starts; the kernel shows the new command line a
+    # moment later (under load, long enough for a test to read an empty one).
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while b"time.sleep" not in cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return process
 
 
 def test_down_stops_the_recorded_controller_and_removes_the_state(tmp_path: Path) -> None:
