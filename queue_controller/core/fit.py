@@ -40,7 +40,7 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import floordiv, itemgetter
+from operator import attrgetter, floordiv, itemgetter, sub
 from typing import Any
 
 from queue_controller.core.explain import Scatter, explain_shortfall
@@ -167,15 +167,19 @@ class EquivalenceIndex:
         self._classes: list[_NodeClass] = []
         by_key: dict[Hashable, _NodeClass] = {}
         self._where: dict[str, tuple[_NodeClass, FreeVector]] = {}
+        # This loop runs over every node at every cycle: it is written for speed.
         empty: Mapping[str, int] = {}
-        for node in sorted(nodes, key=lambda n: n.name):
+        dims = self._dims
+        zeros = (0,) * len(dims)
+        for node in sorted(nodes, key=attrgetter("name")):
             allocatable = usable_allocatable(node)
-            alloc = tuple(allocatable.get(d, 0) for d in self._dims)
+            alloc = tuple(map(allocatable.get, dims, zeros))
+            labels = node.labels
             key = (
                 node.conditions.get("Ready"),
                 node.unschedulable,
-                tuple(sorted(set(node.taints), key=repr)),
-                tuple(node.labels.get(k) for k in label_keys),
+                tuple(sorted(set(node.taints), key=repr)) if node.taints else (),
+                tuple(map(labels.get, label_keys)),
                 node.name if by_name else None,
                 alloc,
             )
@@ -185,7 +189,7 @@ class EquivalenceIndex:
                 by_key[key] = node_class
                 self._classes.append(node_class)
             node_used = used.get(node.name, empty)
-            free = tuple(a - node_used.get(d, 0) for a, d in zip(alloc, self._dims, strict=True))
+            free = tuple(map(sub, alloc, map(node_used.get, dims, zeros))) if node_used else alloc
             node_class.add(node.name, free)
             self._where[node.name] = (node_class, free)
         self._eligibility: dict[Hashable, _Eligibility] = {}

@@ -24,7 +24,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from queue_controller.core import (
-    BoundPod,
     Decision,
     EquivalenceIndex,
     Ordering,
@@ -145,10 +144,7 @@ class Admission:
         self.freed_nodes, self.quota_back, self.fresh = set(), set(), {}
         if not candidates:
             return ()
-        usage = tuple(
-            BoundPod(namespace="", name=f"usage-{node}", node_name=node, request=used)
-            for node, used in self.book.used().items()
-        )
+        usage = self.book.usage()
         snapshot = Snapshot(
             nodes=self.book.core_nodes(),
             pods=usage,

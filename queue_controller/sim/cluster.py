@@ -13,12 +13,13 @@ Two parts that every policy shares:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
 
-from queue_controller.core import Node, PodTemplate
+from queue_controller.core import BoundPod, Node, PodTemplate
 from queue_controller.core.nodes import exclusion, usable_allocatable
 from queue_controller.core.resources import scarcity_rank
 from queue_controller.sim.gpus import capacity, value_of
@@ -37,6 +38,8 @@ class NodeBook:
         # Nodes whose free capacity grew since the scheduler last looked.
         self.freed: set[str] = set(self.order)
         self._snapshot_nodes: tuple[Node, ...] | None = None
+        self._touched: set[str] = set(self.order)
+        self._usage: dict[str, BoundPod] = {}
 
     def fits(self, name: str, request: Mapping[str, int]) -> bool:
         free = self.free[name]
@@ -46,12 +49,19 @@ class NodeBook:
         free = self.free[name]
         for r, amount in request.items():
             free[r] = free.get(r, 0) - amount
+        self._touched.add(name)
 
     def give(self, name: str, request: Mapping[str, int]) -> None:
         free = self.free[name]
         for r, amount in request.items():
             free[r] = free.get(r, 0) + amount
         self.freed.add(name)
+        self._touched.add(name)
+
+    def clear(self, name: str) -> None:
+        """Everything on the node is gone (it failed)."""
+        self.free[name] = dict(self.allocatable[name])
+        self._touched.add(name)
 
     def fail(self, name: str) -> None:
         self.down.add(name)
@@ -59,7 +69,7 @@ class NodeBook:
 
     def recover(self, name: str) -> None:
         self.down.discard(name)
-        self.free[name] = dict(self.allocatable[name])
+        self.clear(name)
         self.freed.add(name)
         self._snapshot_nodes = None
 
@@ -72,15 +82,23 @@ class NodeBook:
             )
         return self._snapshot_nodes
 
-    def used(self) -> dict[str, dict[str, int]]:
-        """What bound pods take on each node that has any."""
-        out = {}
-        for name, free in self.free.items():
+    def usage(self) -> tuple[BoundPod, ...]:
+        """What bound pods take, one summed pod per node that has any, for the core.
+
+        Only nodes touched since the last call are recomputed: a cycle at 500 nodes
+        would otherwise spend most of its time here.
+        """
+        for name in self._touched:
             allocatable = self.allocatable[name]
-            used = {r: allocatable.get(r, 0) - amount for r, amount in free.items()}
+            used = {r: allocatable.get(r, 0) - amount for r, amount in self.free[name].items()}
             if any(used.values()):
-                out[name] = used
-        return out
+                self._usage[name] = BoundPod(
+                    namespace="", name=f"usage-{name}", node_name=name, request=used
+                )
+            else:
+                self._usage.pop(name, None)
+        self._touched.clear()
+        return tuple(self._usage.values())
 
     def capacity_gpus(self) -> float:
         return sum(self.gpus.values())
@@ -154,10 +172,26 @@ class PodScheduler:
                 best = (score, name)
         return best[1] if best else None
 
+    def _score(self, name: str, scarce: str, need: int) -> float:
+        """best_node's score: the share of the scarce resource left after binding."""
+        total = self.book.allocatable[name].get(scarce, 0)
+        share = (self.book.free[name].get(scarce, 0) - need) / total if total else 0.0
+        return share if self.most_allocated else -share
+
     def run(self, *, bind: Bind, stale: Stale, retry: Callable[[QueuedPod], None]) -> int:
-        """One pass over the queue in order; returns how many pods were bound."""
-        freed, self.book.freed = self.book.freed, set()
+        """One pass over the queue in order; returns how many pods were bound.
+
+        Each pod goes where :meth:`best_node` would send it.  Rather than scan
+        the nodes for every pod, a pass keeps one heap of (score, node) per shape:
+        a bind changes one node, whose new score is pushed to every heap, and an
+        entry whose score is no longer the node's is dropped when it surfaces.
+        Within a pass capacity only shrinks, so a node that no longer fits a
+        shape is dropped from that shape's heap for good.
+        """
+        book = self.book
+        freed, book.freed = book.freed, set()
         blocked_now: set[tuple[object, ...]] = set()
+        heaps: dict[tuple[object, ...], tuple[list[tuple[float, str]], str, int, QueuedPod]] = {}
         kept: list[QueuedPod] = []
         bound = 0
         # Nearly sorted already (pods are appended as they come), so this is cheap.
@@ -166,18 +200,47 @@ class PodScheduler:
         for pod in queue:
             if stale(pod):
                 continue
-            if pod.shape in blocked_now:
+            shape = pod.shape
+            if shape in blocked_now:
                 kept.append(pod)
                 continue
-            candidates = self.eligible(pod.shape, pod.template)
-            if pod.shape in self._blocked:
-                candidates = [n for n in candidates if n in freed]
-            node = self.best_node(pod, candidates)
+            entry = heaps.get(shape)
+            if entry is None:
+                candidates = self.eligible(shape, pod.template)
+                if shape in self._blocked:
+                    candidates = [n for n in candidates if n in freed]
+                scarce = min(pod.request, key=scarcity_rank)
+                need = pod.request[scarce]
+                heap = [
+                    (self._score(n, scarce, need), n)
+                    for n in candidates
+                    if n not in book.down and book.fits(n, pod.request)
+                ]
+                heapq.heapify(heap)
+                entry = heaps[shape] = (heap, scarce, need, pod)
+            heap, scarce, need, _ = entry
+            node = None
+            while heap:
+                score, name = heap[0]
+                if name in book.down or not book.fits(name, pod.request):
+                    heapq.heappop(heap)
+                elif score != self._score(name, scarce, need):
+                    heapq.heappop(heap)  # stale: the node's current entry is in the heap too
+                else:
+                    node = name
+                    break
             if node is None:
-                blocked_now.add(pod.shape)
+                blocked_now.add(shape)
                 kept.append(pod)
             elif bind(pod, node):
                 bound += 1
+                for other, (other_heap, other_scarce, other_need, sample) in heaps.items():
+                    if node in self.eligible_set(other, sample.template) and book.fits(
+                        node, sample.request
+                    ):
+                        heapq.heappush(
+                            other_heap, (self._score(node, other_scarce, other_need), node)
+                        )
             else:
                 retry(pod)
         self._blocked = blocked_now

@@ -425,7 +425,7 @@ class PolicyRun:
             else:
                 self._lose(job, node)
         self.foreign_on[node].clear()
-        self.book.free[node] = dict(self.book.allocatable[node])
+        self.book.clear(node)
 
     def _lose(self, job: JobState, node: str) -> None:
         """per-pod: the Job controller recreates the lost pods; the gang's run restarts."""
