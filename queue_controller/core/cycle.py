@@ -86,21 +86,31 @@ def _node_usage(
     that were planned onto it but are not bound yet: between admission and
     binding, the plan itself holds the capacity.
     """
-    used: dict[str, Counter[str]] = defaultdict(Counter)
+    used: dict[str, dict[str, int]] = {}
+
+    def charge(node: str, request: Mapping[str, int], times: int) -> None:
+        # Plain dict arithmetic: this runs for every pod at every cycle.
+        node_used = used.get(node)
+        if node_used is None:
+            used[node] = {r: amount * times for r, amount in request.items()}
+            return
+        for resource, amount in request.items():
+            node_used[resource] = node_used.get(resource, 0) + amount * times
+
     arrived: Counter[tuple[str, str]] = Counter()
     for pod in pods:
         if pod.workload:
             arrived[(pod.workload, pod.node_name)] += 1
         if pod.phase in TERMINATED_PHASES or not pod.node_name:
             continue
-        used[pod.node_name].update(pod.request)
+        charge(pod.node_name, pod.request, 1)
     for prepared in admitted:
         workload = prepared.workload
         for node, planned in workload.placement.items():
             waiting = planned - arrived[(workload.key, node)]
             if waiting > 0:
-                used[node].update(scale(prepared.request, waiting))
-    return {node: dict(amounts) for node, amounts in used.items()}
+                charge(node, prepared.request, waiting)
+    return used
 
 
 class _Cycle:

@@ -172,14 +172,22 @@ class EquivalenceIndex:
         dims = self._dims
         zeros = (0,) * len(dims)
         for node in sorted(nodes, key=attrgetter("name")):
-            allocatable = usable_allocatable(node)
+            facts = node._facts
+            if facts is None:
+                facts = (
+                    node.conditions.get("Ready"),
+                    node.unschedulable,
+                    tuple(sorted(set(node.taints), key=repr)) if node.taints else (),
+                    usable_allocatable(node),
+                )
+                object.__setattr__(node, "_facts", facts)
+            ready, unschedulable, taints, allocatable = facts
             alloc = tuple(map(allocatable.get, dims, zeros))
-            labels = node.labels
             key = (
-                node.conditions.get("Ready"),
-                node.unschedulable,
-                tuple(sorted(set(node.taints), key=repr)) if node.taints else (),
-                tuple(map(labels.get, label_keys)),
+                ready,
+                unschedulable,
+                taints,
+                tuple(map(node.labels.get, label_keys)),
                 node.name if by_name else None,
                 alloc,
             )

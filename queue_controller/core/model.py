@@ -100,6 +100,10 @@ class PodTemplate:
         )
 
 
+# Ready condition, cordoned, taints (sorted), allocatable for scheduling.
+NodeFacts = tuple[str | None, bool, tuple[Taint, ...], Resources]
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
@@ -109,6 +113,9 @@ class Node:
     unschedulable: bool = False
     # Condition type -> status ("True", "False", "Unknown").
     conditions: Mapping[str, str] = field(default_factory=dict)
+    # What the placer derives from the node alone, computed once per Node object
+    # (see fit.EquivalenceIndex): it reads it for every node at every cycle.
+    _facts: NodeFacts | None = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

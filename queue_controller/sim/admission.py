@@ -20,6 +20,7 @@ gangs whose answer cannot have changed:
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -67,9 +68,11 @@ class Admission:
         book: NodeBook,
         scheduler: PodScheduler,
         exact_placement: bool,
+        priority: Mapping[str, int],
         exhaustive: bool = False,
     ) -> None:
         self.scenario = scenario
+        self.priority = priority  # workload -> its PriorityClass value, as the core orders
         self.queues = queues
         self.book = book
         self.scheduler = scheduler
@@ -142,6 +145,8 @@ class Admission:
             and self._worth_deciding(job)
         ]
         self.freed_nodes, self.quota_back, self.fresh = set(), set(), {}
+        if not self.exhaustive:
+            candidates = self._within_quota(candidates)
         if not candidates:
             return ()
         usage = self.book.usage()
@@ -155,6 +160,47 @@ class Admission:
             now=now,
         )
         return schedule(snapshot, placer=self.placer).decisions
+
+    def _within_quota(self, candidates: list[JobState]) -> list[JobState]:
+        """At most as many gangs of one team and shape as its quota has room for now.
+
+        Admissions during the cycle only use quota up, so if the team has room for
+        ``k`` such gangs before it, only the first ``k`` in the core's order can be
+        admitted; the rest would be refused whatever happens.  StrictFIFO queues
+        keep every gang: there a refused head still holds the others back.
+        """
+        groups: dict[tuple[object, ...], list[JobState]] = defaultdict(list)
+        kept: list[JobState] = []
+        for job in candidates:
+            if not job.team or (job.spec.namespace, job.spec.queue) in self.strict_queues:
+                kept.append(job)
+            else:
+                groups[(job.team, job.shape, job.pods)].append(job)
+        for jobs in groups.values():
+            room = self._room_for(jobs[0])
+            if room is None or room >= len(jobs):
+                kept.extend(jobs)
+                continue
+            kept.extend(heapq.nsmallest(room, jobs, key=self._core_order))
+        return kept
+
+    def _room_for(self, job: JobState) -> int | None:
+        """How many gangs like ``job`` its TeamQuota could still take (None: no limit)."""
+        if self._ledger is None:
+            self._ledger = QuotaLedger(self.scenario.quotas, self.quota_usage)
+        if job.team not in self._ledger:
+            return None
+        room: int | None = None
+        for resource, amount in job.request.items():
+            available = self._ledger.available(job.team, resource)
+            if available is None or amount <= 0:
+                continue
+            fits = available // (amount * job.pods)
+            room = fits if room is None else min(room, fits)
+        return room
+
+    def _core_order(self, job: JobState) -> tuple[int, float, str, str]:
+        return (-self.priority.get(job.key, 0), job.spec.arrival, job.spec.namespace, job.spec.name)
 
     def _worth_deciding(self, job: JobState) -> bool:
         if self.exhaustive or job.key in self.fresh or not job.reason:

@@ -94,6 +94,7 @@ class PolicyRun:
             book=self.book,
             scheduler=self.scheduler,
             exact_placement=name == "gang-fit",
+            priority=self.priority,
             exhaustive=exhaustive,
         )
         self.cycles = 0

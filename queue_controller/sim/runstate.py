@@ -47,10 +47,11 @@ class JobState:
     deadlocked: bool = False
     reason: str = ""  # the last pending reason journalled
     workload: Workload | None = None
+    key: str = ""  # "namespace/name", kept: it is looked up at every turn
 
-    @property
-    def key(self) -> str:
-        return self.spec.key
+    def __post_init__(self) -> None:
+        self.key = self.spec.key
+
 
     @property
     def pods(self) -> int:

@@ -461,8 +461,6 @@ def test_policies_match_the_engine() -> None:
 
 
 def test_a_small_bundled_run_end_to_end(tmp_path: Path) -> None:
-    pytest.importorskip("queue_controller.sim.engine")
-    pytest.importorskip("queue_controller.sim.generate")
     out = tmp_path / "report"
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     result = invoke("--jobs", "40", "--db", url, "--out", str(out), "-o", "json")
