@@ -52,7 +52,6 @@ class JobState:
     def __post_init__(self) -> None:
         self.key = self.spec.key
 
-
     @property
     def pods(self) -> int:
         return self.spec.pods
