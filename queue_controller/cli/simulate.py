@@ -23,7 +23,7 @@ from queue_controller.errors import InputError
 
 if TYPE_CHECKING:
     from queue_controller.journal import Entry, Journal
-    from queue_controller.sim.scenario import Faults, Scenario
+    from queue_controller.sim.scenario import Faults
 
 # queue_controller.sim.engine.POLICIES, spelled out so that --help and argument errors do
 # not import the engine (a test holds the two equal).
@@ -116,70 +116,6 @@ def _faults(bundled: bool, options: dict[str, float | None]) -> Faults:
         if (value := options[option]) is not None
     }
     return replace(faults, **changes)
-
-
-def _scenario(
-    *,
-    bundled: bool,
-    cluster: Path | None,
-    queues: Sequence[Path],
-    trace: Path | None,
-    seed: int,
-    jobs: int,
-    arrival_rate_per_hour: float | None,
-    max_gang_gpus: int,
-    reshape: bool,
-) -> Scenario:
-    from queue_controller.sim.generate import WorkloadShape, bundled_scenario, generate_workload
-    from queue_controller.sim.inputs import load_cluster, load_queues, load_scenario
-    from queue_controller.sim.scenario import Scenario
-
-    shape = WorkloadShape(arrival_rate_per_hour=arrival_rate_per_hour, max_gang_gpus=max_gang_gpus)
-    described = f"generated: seed={seed}, jobs={jobs}"
-    if arrival_rate_per_hour is not None:
-        described += f", arrival-rate-per-hour={arrival_rate_per_hour:g}"
-    described += f", max-gang-gpus={max_gang_gpus}"
-    if bundled:
-        scenario = bundled_scenario(seed=seed, jobs=jobs)
-        if not reshape:
-            return scenario
-        workload = generate_workload(
-            seed=seed,
-            jobs=jobs,
-            queues=scenario.queues,
-            nodes=scenario.nodes,
-            quotas=scenario.quotas,
-            priority_classes=scenario.priority_classes,
-            shape=shape,
-        )
-        return replace(scenario, jobs=workload, sources={**scenario.sources, "workload": described})
-    assert cluster is not None
-    if trace is not None:
-        return load_scenario(cluster=cluster, queues=queues, trace=trace)
-    nodes = load_cluster(cluster)
-    queue_objects, quotas, priority_classes = load_queues(queues)
-    workload = generate_workload(
-        seed=seed,
-        jobs=jobs,
-        queues=queue_objects,
-        nodes=nodes,
-        quotas=quotas,
-        priority_classes=priority_classes,
-        shape=shape,
-    )
-    return Scenario(
-        name=cluster.stem,
-        nodes=tuple(nodes),
-        queues=tuple(queue_objects),
-        quotas=tuple(quotas),
-        jobs=workload,
-        priority_classes=tuple(priority_classes),
-        sources={
-            "cluster": str(cluster),
-            "queues": ", ".join(str(path) for path in queues),
-            "workload": described,
-        },
-    )
 
 
 def _run_id() -> str:
@@ -410,7 +346,9 @@ def simulate(
             "foreign_pods_per_hour": foreign_pods_per_hour,
         },
     )
-    scenario = _scenario(
+    from queue_controller.sim.setup import build_scenario
+
+    scenario = build_scenario(
         bundled=bundled,
         cluster=cluster,
         queues=queues,

@@ -1,0 +1,75 @@
+"""Turning `queue-controller simulate`'s options into a :class:`~.scenario.Scenario`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from queue_controller.sim.scenario import Scenario
+
+
+def build_scenario(
+    *,
+    bundled: bool,
+    cluster: Path | None,
+    queues: Sequence[Path],
+    trace: Path | None,
+    seed: int,
+    jobs: int,
+    arrival_rate_per_hour: float | None,
+    max_gang_gpus: int,
+    reshape: bool,
+) -> Scenario:
+    """The scenario that `simulate`'s options describe: bundled (reshaped if asked),
+    from files with a trace, or from files with a generated workload."""
+    # Imported late: --help and argument errors should not pay for the simulator.
+    from queue_controller.sim.generate import WorkloadShape, bundled_scenario, generate_workload
+    from queue_controller.sim.inputs import load_cluster, load_queues, load_scenario
+
+    shape = WorkloadShape(arrival_rate_per_hour=arrival_rate_per_hour, max_gang_gpus=max_gang_gpus)
+    described = f"generated: seed={seed}, jobs={jobs}"
+    if arrival_rate_per_hour is not None:
+        described += f", arrival-rate-per-hour={arrival_rate_per_hour:g}"
+    described += f", max-gang-gpus={max_gang_gpus}"
+    if bundled:
+        scenario = bundled_scenario(seed=seed, jobs=jobs)
+        if not reshape:
+            return scenario
+        workload = generate_workload(
+            seed=seed,
+            jobs=jobs,
+            queues=scenario.queues,
+            nodes=scenario.nodes,
+            quotas=scenario.quotas,
+            priority_classes=scenario.priority_classes,
+            shape=shape,
+        )
+        return replace(scenario, jobs=workload, sources={**scenario.sources, "workload": described})
+    assert cluster is not None
+    if trace is not None:
+        return load_scenario(cluster=cluster, queues=queues, trace=trace)
+    nodes = load_cluster(cluster)
+    queue_objects, quotas, priority_classes = load_queues(queues)
+    workload = generate_workload(
+        seed=seed,
+        jobs=jobs,
+        queues=queue_objects,
+        nodes=nodes,
+        quotas=quotas,
+        priority_classes=priority_classes,
+        shape=shape,
+    )
+    return Scenario(
+        name=cluster.stem,
+        nodes=tuple(nodes),
+        queues=tuple(queue_objects),
+        quotas=tuple(quotas),
+        jobs=workload,
+        priority_classes=tuple(priority_classes),
+        sources={
+            "cluster": str(cluster),
+            "queues": ", ".join(str(path) for path in queues),
+            "workload": described,
+        },
+    )
