@@ -65,7 +65,6 @@ def simulate(
             name,
             scenario,
             policy=policy,
-            faults=faults,
             plan=plan,
             record=record,
             progress=progress,

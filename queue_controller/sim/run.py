@@ -26,7 +26,7 @@ from queue_controller.sim.outcome import journal_entry, policy_result
 from queue_controller.sim.policy import DEFAULT_TIMEOUT_SECONDS, Policy
 from queue_controller.sim.results import PolicyResult, size_class
 from queue_controller.sim.runstate import JobState, Phase, prepare_jobs
-from queue_controller.sim.scenario import Faults, Scenario
+from queue_controller.sim.scenario import Scenario
 
 if TYPE_CHECKING:
     from queue_controller.journal import Entry
@@ -56,7 +56,6 @@ class PolicyRun:
         scenario: Scenario,
         *,
         policy: Policy,
-        faults: Faults,
         plan: FaultPlan,
         record: Record | None = None,
         progress: Progress | None = None,
@@ -68,7 +67,6 @@ class PolicyRun:
         self.scenario = scenario
         self.policy = policy
         self.plan = plan
-        self.faults = faults
         self.record_entry = record
         self.progress = progress
         self.source = f"simulation:{run_id}:{name}"

@@ -172,7 +172,7 @@ def test_a_failed_node_evicts_the_gang_and_it_comes_back_after_repair() -> None:
         node_failures=(NodeFailure(at=50.0, node="n1", repaired=500.0),),
         foreign_pods=(),
     )
-    run = PolicyRun("gang-fit", scene, policy=INSTANT, faults=Faults(), plan=plan)
+    run = PolicyRun("gang-fit", scene, policy=INSTANT, plan=plan)
     run.run()
     result = run.result(wall_seconds=0.0)
     # Bound at 10, lost at 50 (MembersLost), requeued; the node is NotReady until
@@ -189,7 +189,7 @@ def test_bind_failures_retry_on_the_planned_node() -> None:
         [node("n1", 4)], [job("a", arrival=0, pods=1, gpus=4, duration=100)], backoff_limit=1
     )
     always = FaultPlan(1, 1.0, 30.0, (), ())
-    run = PolicyRun("gang-fit", scene, policy=INSTANT, faults=Faults(), plan=always)
+    run = PolicyRun("gang-fit", scene, policy=INSTANT, plan=always)
     run.run()
     result = run.result(wall_seconds=0.0)
     # Every bind fails: retried every 30 s until the timeout at 110 evicts it;
