@@ -76,12 +76,18 @@ def _time(entry: Entry) -> str:
 def _table(entries: list[Entry]) -> None:
     console = Console()
     table = Table(box=None, header_style="bold", pad_edge=False, expand=False)
-    for column in ("TIME", "WORKLOAD", "QUEUE", "EVENT", "REASON"):
+    # Entries from more than one source (a simulation's policies, or a simulation beside
+    # the controller) would look like repeats without saying which is which.
+    mixed = len({entry.source for entry in entries}) > 1
+    columns = ("TIME", "SOURCE") if mixed else ("TIME",)
+    for column in (*columns, "WORKLOAD", "QUEUE", "EVENT", "REASON"):
         table.add_column(column, no_wrap=True)
     table.add_column("DETAIL", overflow="fold")
     for entry in entries:
+        source = (escape(entry.source),) if mixed else ()
         table.add_row(
             _time(entry),
+            *source,
             escape(entry.workload),
             escape(entry.queue),
             f"[{_STYLE.get(entry.event.value, 'default')}]{entry.event.value}[/]",

@@ -124,8 +124,19 @@ def test_table(url: str) -> None:
     result = invoke("--db", url)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["TIME", "WORKLOAD", "QUEUE", "EVENT", "REASON", "DETAIL"]
+    # One entry comes from a simulation, so each line says where it came from.
+    assert lines[0].split() == [
+        "TIME",
+        "SOURCE",
+        "WORKLOAD",
+        "QUEUE",
+        "EVENT",
+        "REASON",
+        "DETAIL",
+    ]
     assert len(lines) == 6
+    assert "controller" in lines[1]
+    assert any("simulation:run-1" in line for line in lines[1:])
     assert "prod/train-bert" in lines[1]
     assert "NoNodeFit" in lines[1]
     assert "Insufficient nvidia.com/gpu" in lines[1]  # the message, whole, on its line
@@ -134,6 +145,15 @@ def test_table(url: str) -> None:
     assert lines[2].rstrip().endswith("h100-1: 4, h100-2: 4")
     assert NOW.strftime("%Y-%m-%d %H:%M:%SZ") not in result.stdout  # all are earlier
     assert (NOW - timedelta(minutes=10)).strftime("%Y-%m-%d %H:%M:%SZ") in lines[5]
+
+
+def test_one_source_needs_no_source_column(url: str) -> None:
+    result = invoke("--db", url, "--source", "controller")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["TIME", "WORKLOAD", "QUEUE", "EVENT", "REASON", "DETAIL"]
+    assert len(lines) == 5
+    assert "simulation" not in result.stdout
 
 
 def test_json(url: str) -> None:
