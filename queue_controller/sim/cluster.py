@@ -14,14 +14,16 @@ Two parts that every policy shares:
 from __future__ import annotations
 
 import heapq
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
 
-from queue_controller.core import BoundPod, Node, PodTemplate
+from queue_controller.core import BoundPod, Container, Node, PodTemplate
 from queue_controller.core.nodes import exclusion, usable_allocatable
 from queue_controller.core.resources import scarcity_rank
+from queue_controller.sim.faults import ForeignPod
 from queue_controller.sim.gpus import capacity, value_of
 
 NOT_READY = {"Ready": "False"}
@@ -273,3 +275,45 @@ class PodScheduler:
 
     def gpus_of(self, node: str, request: Mapping[str, int]) -> float:
         return value_of(self.book.nodes[node], request)
+
+
+# Pods outside any queue: no selector, nothing tolerated.
+_FOREIGN_TEMPLATE = PodTemplate(containers=(Container(name="foreign"),))
+
+
+class ForeignPods:
+    """Pods outside any queue (notebooks, debug pods) that take GPUs from every policy.
+
+    kube-scheduler places each one when it arrives, knowing nothing of the plans of
+    admitted gangs; one that finds no room is dropped rather than queued.
+    """
+
+    def __init__(self, book: NodeBook, scheduler: PodScheduler) -> None:
+        self.book = book
+        self.scheduler = scheduler
+        self.on_node: dict[str, set[int]] = defaultdict(set)
+        self.dropped = 0
+
+    def start(self, pod: ForeignPod) -> str | None:
+        """Bind ``pod`` where kube-scheduler would; the node, or None if none had room."""
+        queued = QueuedPod((0, 0.0, 0), pod, 0, _FOREIGN_TEMPLATE, pod.request, ("foreign",))
+        node = self.scheduler.best_node(
+            queued, self.scheduler.eligible(queued.shape, queued.template)
+        )
+        if node is None:
+            self.dropped += 1
+            return None
+        self.book.take(node, pod.request)
+        self.on_node[node].add(pod.index)
+        return node
+
+    def end(self, pod: ForeignPod, node: str) -> bool:
+        """``pod`` ends; False if it was already gone with its node."""
+        if pod.index not in self.on_node[node]:
+            return False
+        self.on_node[node].discard(pod.index)
+        self.book.give(node, pod.request)
+        return True
+
+    def node_failed(self, node: str) -> None:
+        self.on_node[node].clear()

@@ -79,6 +79,12 @@ class FaultPlan:
         return int.from_bytes(digest) / 2**64 < self.bind_failure_probability
 
 
+def uniform(key: str, low: float, high: float) -> float:
+    """A draw from [low, high] that depends on ``key`` alone, so every policy draws the same."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return low + (high - low) * int.from_bytes(digest) / 2**64
+
+
 def _horizon(scenario: Scenario) -> float:
     """Faults stop where the workload stops arriving, plus the longest job."""
     if not scenario.jobs:

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from queue_controller.core import (
-    Container,
     Decision,
-    PodTemplate,
     Verdict,
 )
 from queue_controller.core.ordering import PriorityTable
 from queue_controller.core.requests import InvalidSpecError
 from queue_controller.core.requeue import pods_ready_timeout, requeue
 from queue_controller.sim.admission import Admission
-from queue_controller.sim.cluster import NodeBook, PodScheduler, QueuedPod
+from queue_controller.sim.cluster import ForeignPods, NodeBook, PodScheduler, QueuedPod
 from queue_controller.sim.events import STRANDED_SAMPLE_SECONDS, Event, Kind
-from queue_controller.sim.faults import FaultPlan, ForeignPod
+from queue_controller.sim.faults import FaultPlan, ForeignPod, uniform
 from queue_controller.sim.measure import Meters
 from queue_controller.sim.outcome import journal_entry, policy_result
 from queue_controller.sim.policy import DEFAULT_TIMEOUT_SECONDS, Policy
@@ -36,16 +33,6 @@ Progress = Callable[[str, float], None]
 _Owner = tuple[JobState, int, int]  # a queued pod's job, its index, and its bind tries
 MEMBERS_LOST = "MembersLost"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
-# Pods outside any queue: no selector, nothing tolerated.
-_FOREIGN_TEMPLATE = PodTemplate(containers=(Container(name="foreign"),))
-
-
-def _uniform(key: str, low: float, high: float) -> float:
-    """A delay in [low, high] that depends on ``key`` alone, so every policy draws the same."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return low + (high - low) * int.from_bytes(digest) / 2**64
-
-
 GIVE_UP_SECONDS = 30 * 86400.0
 
 
@@ -81,7 +68,7 @@ class PolicyRun:
         self.pending: dict[str, JobState] = {}
         self.admitted: dict[str, JobState] = {}
         self.on_node: dict[str, set[JobState]] = defaultdict(set)
-        self.foreign_on: dict[str, set[int]] = defaultdict(set)
+        self.foreign = ForeignPods(self.book, self.scheduler)
         self.events: list[Event] = []
         self.seq = 0
         self.next_tick: float | None = None
@@ -100,7 +87,6 @@ class PolicyRun:
         self.deactivated = 0
         self.deadlocked = 0
         self.finished_jobs = 0  # done, deactivated or invalid: for the progress bar
-        self.foreign_dropped = 0
 
     # -- the loop ------------------------------------------------------------
 
@@ -242,7 +228,7 @@ class PolicyRun:
 
     def _bind_delay(self, job: JobState, pod: int) -> float:
         window = self.policy.bind_delay_seconds
-        return _uniform(f"bind:{job.key}:{job.attempt}:{pod}", window.min, window.max)
+        return uniform(f"bind:{job.key}:{job.attempt}:{pod}", window.min, window.max)
 
     def _enqueue(self, data: tuple[JobState, int, int, int]) -> None:
         job, attempt, pod, tries = data
@@ -310,7 +296,7 @@ class PolicyRun:
         job.last_progress = self.now
         job.changed()
         window = self.policy.start_delay_seconds
-        start = _uniform(f"start:{job.key}:{job.attempt}:{pod}", window.min, window.max)
+        start = uniform(f"start:{job.key}:{job.attempt}:{pod}", window.min, window.max)
         self.push(self.now + start, Kind.START, (job, job.attempt))
         if job.bound_count == job.pods:
             if self.admits and not job.settled:
@@ -423,7 +409,7 @@ class PolicyRun:
                 self._evict(job, MEMBERS_LOST, f"node {node} failed")
             else:
                 self._lose(job, node)
-        self.foreign_on[node].clear()
+        self.foreign.node_failed(node)
         self.book.clear(node)
 
     def _lose(self, job: JobState, node: str) -> None:
@@ -442,22 +428,13 @@ class PolicyRun:
         self._wake()
 
     def _foreign_start(self, pod: ForeignPod) -> None:
-        queued = QueuedPod((0, self.now, 0), pod, 0, _FOREIGN_TEMPLATE, pod.request, ("foreign",))
-        node = self.scheduler.best_node(
-            queued, self.scheduler.eligible(queued.shape, queued.template)
-        )
-        if node is None:
-            self.foreign_dropped += 1
-            return
-        self.book.take(node, pod.request)
-        self.foreign_on[node].add(pod.index)
-        self.push(pod.ends, Kind.FOREIGN_END, (pod, node))
+        node = self.foreign.start(pod)
+        if node is not None:
+            self.push(pod.ends, Kind.FOREIGN_END, (pod, node))
 
     def _foreign_end(self, data: tuple[ForeignPod, str]) -> None:
         pod, node = data
-        if pod.index in self.foreign_on[node]:
-            self.foreign_on[node].discard(pod.index)
-            self.book.give(node, pod.request)
+        if self.foreign.end(pod, node):
             self.admission.freed_nodes.add(node)
             self.dirty = True
             self._wake()
