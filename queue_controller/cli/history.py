@@ -13,15 +13,12 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from queue_controller.cli.options import journal_option, output_option
 from queue_controller.errors import InputError
 
 if TYPE_CHECKING:
     from queue_controller.journal import Entry
 
-ENV_URL = "QC_JOURNAL_URL"
-# queue_controller.journal.DEFAULT_URL, spelled out so that every other command does not
-# pay for importing SQLAlchemy and Alembic (a test holds the two equal).
-DEFAULT_URL = "sqlite:///queue-controller-journal.db"
 
 _STYLE = {
     "Admitted": "green",
@@ -122,25 +119,11 @@ def _table(entries: list[Entry]) -> None:
     show_default=True,
     help="Show at most this many entries: the newest.",
 )
-@click.option(
-    "--db",
-    "url",
-    metavar="URL",
-    envvar=ENV_URL,
-    default=DEFAULT_URL,
-    show_default=True,
-    show_envvar=True,
-    help="The journal: sqlite:///PATH (relative to the current directory) or "
-    "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB.",
+@journal_option(
+    "The journal: sqlite:///PATH (relative to the current directory) or "
+    "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB."
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="`table` for people, `json` for machines.",
-)
+@output_option()
 def history(
     job: str | None,
     namespace: str | None,
@@ -162,7 +145,7 @@ def history(
             raise InputError(f"{namespace!r} contradicts --job {job}", field="--namespace")
         namespace = job_namespace
     start = parse_since(since) if since is not None else None
-    # Imported here, not at the top, for the reason given at DEFAULT_URL.
+    # Imported here, not at the top, for the reason given at options.DEFAULT_URL.
     from queue_controller.journal import read_history
     from queue_controller.journal.database import SETTING
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from queue_controller import nodepools
+from queue_controller.cli.options import output_option
 from queue_controller.errors import InputError
 from queue_controller.localcluster import Layout, LocalCluster
 
@@ -140,7 +141,7 @@ def down(bin_dir: Path, state_dir: Path, stages: Path) -> None:
 
 @local_cluster.command()
 @_paths
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
+@output_option()
 def status(bin_dir: Path, state_dir: Path, stages: Path, output: str) -> None:
     """Show which components run, their PIDs and ports, and the kubeconfig."""
     layout = _layout(bin_dir, state_dir, stages)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import click
 
+from queue_controller.cli.options import output_option
 from queue_controller.cli.render import decisions_table
 from queue_controller.core import schedule
 from queue_controller.dump import bundled_example, decode, load_snapshot, read_file
@@ -47,14 +48,7 @@ def _read_stdin() -> str:
     "prints). Repeat to combine files; `-` reads standard input. "
     "Default: the bundled example cluster.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="`table` for people, `json` for machines.",
-)
+@output_option()
 @click.option(
     "--now",
     metavar="TIME",

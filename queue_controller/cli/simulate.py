@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from queue_controller.cli.history import DEFAULT_URL, ENV_URL
+from queue_controller.cli.options import journal_option, output_option
 from queue_controller.errors import InputError
 
 if TYPE_CHECKING:
@@ -267,24 +267,8 @@ def _progress(policies: Sequence[str]) -> Iterator[Callable[[str, float], None] 
     metavar="DIR",
     help="Folder for report.json, report.md and the PNG plots (created if missing).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="`table` for people; `json` prints report.json.",
-)
-@click.option(
-    "--db",
-    "url",
-    metavar="URL",
-    envvar=ENV_URL,
-    default=DEFAULT_URL,
-    show_default=True,
-    show_envvar=True,
-    help="The decision journal to record the simulated decisions in (as for `history`).",
-)
+@output_option("`table` for people; `json` prints report.json.")
+@journal_option("The decision journal to record the simulated decisions in (as for `history`).")
 @click.option("--no-journal", is_flag=True, help="Record nothing in the journal.")
 @click.pass_context
 def simulate(

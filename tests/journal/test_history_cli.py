@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from queue_controller.cli import cli
-from queue_controller.cli.history import DEFAULT_URL as SHOWN_DEFAULT_URL
 from queue_controller.cli.history import parse_since
+from queue_controller.cli.options import DEFAULT_URL as SHOWN_DEFAULT_URL
 from queue_controller.journal import DEFAULT_URL, Entry, Journal, JournalEvent
 from tests.journal.conftest import dead_port
 from tests.plan.harness import console_script, run_main
