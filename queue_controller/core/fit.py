@@ -44,6 +44,7 @@ from operator import attrgetter, floordiv, itemgetter, sub
 from typing import Any
 
 from queue_controller.core.explain import Scatter, explain_shortfall
+from queue_controller.core.gpuhealth import all_gpus_unhealthy
 from queue_controller.core.model import Node
 from queue_controller.core.nodes import exclusion, usable_allocatable
 from queue_controller.core.resources import Resources, is_extended, scarcity_rank
@@ -179,14 +180,16 @@ class EquivalenceIndex:
                     node.unschedulable,
                     tuple(sorted(set(node.taints), key=repr)) if node.taints else (),
                     usable_allocatable(node),
+                    all_gpus_unhealthy(node),
                 )
                 object.__setattr__(node, "_facts", facts)
-            ready, unschedulable, taints, allocatable = facts
+            ready, unschedulable, taints, allocatable, gpus_down = facts
             alloc = tuple(map(allocatable.get, dims, zeros))
             key = (
                 ready,
                 unschedulable,
                 taints,
+                gpus_down,
                 tuple(map(node.labels.get, label_keys)),
                 node.name if by_name else None,
                 alloc,

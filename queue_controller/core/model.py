@@ -100,8 +100,40 @@ class PodTemplate:
         )
 
 
-# Ready condition, cordoned, taints (sorted), allocatable for scheduling.
-NodeFacts = tuple[str | None, bool, tuple[Taint, ...], Resources]
+@dataclass(frozen=True, slots=True)
+class UnhealthyGpu:
+    """One physical GPU that a health reporter (the node agent, DCGM) took out of service."""
+
+    index: int
+    uuid: str = ""
+    reason: str = "XidCriticalError"  # XidCriticalError | GPULost | Thermal | Power | Reported
+    xids: tuple[int, ...] = ()
+    since: float = 0.0  # seconds since the epoch: when it turned unhealthy
+    last_seen: float = 0.0  # the fault's latest sighting; the clear period counts from here
+    message: str = ""
+    # MIG instances carved from it, profile -> count ("1g.10gb": 7), when the
+    # reporter read them; otherwise the node's layout is assumed uniform.
+    mig_devices: Mapping[str, int] = field(default_factory=dict)
+    # "namespace/name" of pods known to use it (DCGM's pod mapping); empty: unknown.
+    pods: tuple[str, ...] = ()
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.uuid, self.reason, self.xids, self.since, self.pods))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """What the node's ``GPUHealthy`` condition and health annotation say."""
+
+    unhealthy: tuple[UnhealthyGpu, ...] = ()
+    gpu_count: int | None = None  # physical GPUs on the node, when the reporter said
+    # The condition says unhealthy but no readable list says which GPUs:
+    # every GPU is treated as unhealthy rather than guessing.
+    whole_node: bool = False
+
+
+# Ready condition, cordoned, taints (sorted), allocatable for scheduling, every GPU unhealthy.
+NodeFacts = tuple[str | None, bool, tuple[Taint, ...], Resources, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +145,10 @@ class Node:
     unschedulable: bool = False
     # Condition type -> status ("True", "False", "Unknown").
     conditions: Mapping[str, str] = field(default_factory=dict)
+    # status.capacity; empty means the same as allocatable.  The device plugin
+    # lowers allocatable (not capacity) for GPUs it found unhealthy itself.
+    capacity: Resources = field(default_factory=dict)
+    gpu_health: GpuHealth | None = None
     # What the placer derives from the node alone, computed once per Node object
     # (see fit.EquivalenceIndex): it reads it for every node at every cycle.
     _facts: NodeFacts | None = field(default=None, init=False, repr=False, compare=False)

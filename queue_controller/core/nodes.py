@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from queue_controller.core.gpuhealth import all_gpus_unhealthy, gpu_count, healthy_allocatable
 from queue_controller.core.model import (
     Node,
     NodeSelectorTerm,
@@ -31,7 +32,8 @@ _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 class Exclusion:
     """Why a node cannot take a pod, in words that stay the same across releases."""
 
-    code: str  # NotReady | Unschedulable | UntoleratedTaint | NodeSelector | NodeAffinity
+    # NotReady | Unschedulable | UntoleratedTaint | GPUUnhealthy | NodeSelector | NodeAffinity
+    code: str
     detail: str = ""
 
     def describe(self) -> str:
@@ -135,7 +137,14 @@ def exclusion(node: Node, template: PodTemplate) -> Exclusion | None:
     if taint is not None:
         shown = f"{taint.key}={taint.value}" if taint.value else taint.key
         return Exclusion("UntoleratedTaint", f"{shown}:{taint.effect}")
+    if all_gpus_unhealthy(node):
+        return gpu_unhealthy(node)
     return None
+
+
+def gpu_unhealthy(node: Node) -> Exclusion:
+    count = gpu_count(node)
+    return Exclusion("GPUUnhealthy", f"all {count} GPUs" if count else "all GPUs")
 
 
 def usable_allocatable(node: Node) -> Resources:
@@ -143,9 +152,11 @@ def usable_allocatable(node: Node) -> Resources:
 
     While the MIG manager is reconfiguring a node (its ``mig.config.state``
     is present and not ``success``), the advertised MIG devices are about to
-    change or vanish, so none of them are offered.
+    change or vanish, so none of them are offered.  Unhealthy GPUs offer
+    nothing either (see :mod:`queue_controller.core.gpuhealth`).
     """
     state = node.labels.get(MIG_CONFIG_STATE_LABEL)
-    if state is None or state == "success":
-        return node.allocatable
-    return {name: amount for name, amount in node.allocatable.items() if not is_mig(name)}
+    allocatable = node.allocatable
+    if state is not None and state != "success":
+        allocatable = {name: amount for name, amount in allocatable.items() if not is_mig(name)}
+    return healthy_allocatable(node, allocatable)

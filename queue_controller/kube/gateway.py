@@ -24,6 +24,8 @@ from kubernetes import client
 from queue_controller.errors import QueueControllerError
 
 MERGE_PATCH = "application/merge-patch+json"
+# For lists that other writers share, merged by key (a Node's conditions by type).
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 Obj = dict[str, Any]
 
 
@@ -145,8 +147,13 @@ class Gateway:
         *,
         resource_version: str | None = None,
         subresource: str = "",
+        strategic: bool = False,
     ) -> Obj:
-        """A JSON merge patch, made conditional on ``resource_version`` when given."""
+        """A JSON merge patch, made conditional on ``resource_version`` when given.
+
+        ``strategic``: a strategic merge patch (core kinds only), which merges
+        list items by their key instead of replacing the list.
+        """
         if resource_version is not None:
             patch = {
                 **patch,
@@ -156,7 +163,7 @@ class Gateway:
             "PATCH",
             kind.path(namespace, name, subresource),
             body=patch,
-            content_type=MERGE_PATCH,
+            content_type=STRATEGIC_MERGE_PATCH if strategic else MERGE_PATCH,
         )
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
