@@ -127,11 +127,22 @@ class RequeueSpec(_Strict):
         return self
 
 
+class GpuUnhealthyPolicy(StrEnum):
+    EVICT = "Evict"  # evict the whole gang at once and requeue it
+    MARK = "Mark"  # set the GPUUnhealthy condition and let it run
+
+
+class GpuHealthSpec(_Strict):
+    onUnhealthy: GpuUnhealthyPolicy = GpuUnhealthyPolicy.EVICT
+    evictIdle: bool = False
+
+
 class QueueSpec(_Strict):
     teamQuota: str = Field(min_length=1)
     ordering: QueueOrdering = QueueOrdering.BEST_EFFORT_FIFO
     podsReadyTimeoutSeconds: NonNegative | None = None
     requeue: RequeueSpec = RequeueSpec()
+    gpuHealth: GpuHealthSpec = GpuHealthSpec()
 
 
 class Queue(_Strict):

@@ -74,10 +74,23 @@ class Evict:
     group: Obj
     pods: tuple[Obj, ...]
     queue: str
-    reason: str  # PodsReadyTimeout | MembersLost | JobSuspended
+    reason: str  # PodsReadyTimeout | MembersLost | JobSuspended | GPUUnhealthy | Idle
     message: str
     requeue: Requeue
     partial_since: float | None  # when partial placement began, for its histogram
+
+
+@dataclass(frozen=True, slots=True)
+class SetCondition:
+    """Flag an admitted gang without evicting it (GPUUnhealthy under Mark, Idle)."""
+
+    job: Obj
+    group: Obj
+    kind: str  # the condition type
+    status: bool
+    reason: str
+    message: str
+    warning: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +144,7 @@ Action = (
     | MarkRunning
     | MarkMembersLost
     | Evict
+    | SetCondition
     | FinishEviction
     | MarkPending
     | MarkFinished

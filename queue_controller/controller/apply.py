@@ -330,6 +330,16 @@ class Applier:
             self.metrics.partial_placement.observe(max(0.0, now - action.partial_since))
 
     @apply.register
+    async def _(self, action: act.SetCondition) -> None:
+        update = (action.kind, action.status, action.reason, action.message)
+        status = {"conditions": conditions_with(action.group, self.clock(), update)}
+        group = await self._patch(gw.POD_GROUP, action.group, {"status": status}, status=True)
+        await self._event(group, action.reason, action.message, warning=action.warning)
+        self._journal(
+            action.job, group["spec"]["queue"], JournalEvent.FLAGGED, action.reason, action.message
+        )
+
+    @apply.register
     async def _(self, action: act.FinishEviction) -> None:
         job = self._latest("Job", action.job) or action.job
         if not job.get("spec", {}).get("suspend"):

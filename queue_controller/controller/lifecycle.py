@@ -19,14 +19,16 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from queue_controller.controller import actions as act
+from queue_controller.controller import gpuwatch
 from queue_controller.controller.state import ClusterState
+from queue_controller.controller.status import iso
 from queue_controller.core.cycle import CycleResult
 from queue_controller.core.decisions import Decision, Verdict
-from queue_controller.core.model import Queue, RequeuePolicy
+from queue_controller.core.model import GpuHealth, Queue, RequeuePolicy
 from queue_controller.core.quantity import format_milli, parse_milli
 from queue_controller.core.requeue import pods_ready_timeout, requeue
 from queue_controller.errors import InputError
@@ -174,19 +176,37 @@ def pod_group_for(job: Mapping[str, Any]) -> Obj:
 
 
 @dataclass(frozen=True)
+class Signals:
+    """What the cycle knows about admitted gangs' GPUs besides the objects' own state."""
+
+    health: Mapping[str, tuple[GpuHealth, float]] = field(default_factory=dict)
+    idle: Mapping[str, float] = field(default_factory=dict)  # gang key -> idle since
+
+
+@dataclass(frozen=True)
 class Planner:
     default_timeout_seconds: int
 
-    def plan(self, state: ClusterState, result: CycleResult, *, now: float) -> list[act.Action]:
+    def plan(
+        self,
+        state: ClusterState,
+        result: CycleResult,
+        *,
+        now: float,
+        idle: Mapping[str, float] | None = None,
+    ) -> list[act.Action]:
         decisions = {d.workload: d for d in result.decisions}
         all_gangs = gangs(state)
+        signals = Signals(gpuwatch.node_health(state.of_kind("Node")), idle or {})
         out: list[act.Action] = []
         for gang in all_gangs:
-            out.extend(self._gang(gang, decisions.get(gang.key), now))
+            out.extend(self._gang(gang, decisions.get(gang.key), now, signals))
         out.extend(_statuses(state, all_gangs, result))
         return out
 
-    def _gang(self, gang: Gang, decision: Decision | None, now: float) -> list[act.Action]:
+    def _gang(
+        self, gang: Gang, decision: Decision | None, now: float, signals: Signals = Signals()
+    ) -> list[act.Action]:
         done, succeeded = finished(gang.job)
         if done:
             if gang.group is not None and gang.phase != "Finished":
@@ -196,7 +216,10 @@ class Planner:
         if gang.group is None:
             out.append(act.CreatePodGroup(gang.job, pod_group_for(gang.job)))
         if gang.phase in ("Admitted", "Running"):
-            return out + self._admitted(gang, now)
+            flagged = self._gpu_signals(gang, now, signals)
+            if flagged and isinstance(flagged[0], act.Evict):
+                return out + flagged
+            return out + flagged + self._admitted(gang, now)
         if gang.phase in ("Evicted", "Failed"):
             assert gang.group is not None
             live = gang.live_pods
@@ -278,6 +301,31 @@ class Planner:
             out.append(self._evict(gang, now, "MembersLost", message, since))
         return out
 
+    def _gpu_signals(self, gang: Gang, now: float, signals: Signals) -> list[act.Action]:
+        """GPUUnhealthy and Idle: evict (the Queue's choice) or set and clear the conditions."""
+        assert gang.group is not None
+        queue = gang.queue or Queue("", "", "")
+        out: list[act.Action] = []
+        hit = gpuwatch.hits(gang.live_pods, signals.health) if signals.health else []
+        if hit:
+            message = hit[0].describe() + (f" (and {len(hit) - 1} more)" if len(hit) > 1 else "")
+            if queue.evict_on_gpu_unhealthy:
+                return [self._evict(gang, now, "GPUUnhealthy", message)]
+            if not _condition_is(gang.group, "GPUUnhealthy", "True"):
+                out.append(_flag(gang, "GPUUnhealthy", True, "GPUUnhealthy", message, True))
+        elif _condition_is(gang.group, "GPUUnhealthy", "True"):
+            out.append(_flag(gang, "GPUUnhealthy", False, "GPUsHealthy", "its GPUs are healthy"))
+        since = signals.idle.get(gang.key)
+        if since is not None and gang.phase == "Running":
+            message = f"its GPUs have been idle since {iso(since)}"
+            if queue.evict_idle:
+                return [self._evict(gang, now, "Idle", message)]
+            if not _condition_is(gang.group, "Idle", "True"):
+                out.append(_flag(gang, "Idle", True, "GPUIdle", message, True))
+        elif since is None and _condition_is(gang.group, "Idle", "True"):
+            out.append(_flag(gang, "Idle", False, "GPUActive", "its GPUs are active again"))
+        return out
+
     def _evict(
         self, gang: Gang, now: float, reason: str, message: str, since: float | None = None
     ) -> act.Evict:
@@ -294,6 +342,18 @@ class Planner:
             requeue(policy, previous=previous, now=now),
             since,
         )
+
+
+def _condition_is(group: Mapping[str, Any], kind: str, status: str) -> bool:
+    found = condition(group, kind)
+    return found is not None and found.get("status") == status
+
+
+def _flag(
+    gang: Gang, kind: str, status: bool, reason: str, message: str, warning: bool = False
+) -> act.SetCondition:
+    assert gang.group is not None
+    return act.SetCondition(gang.job, gang.group, kind, status, reason, message, warning)
 
 
 def _bindings(gang: Gang, placement: Mapping[str, int]) -> Iterable[act.BindMember]:

@@ -201,6 +201,8 @@ class Queue:
     ordering: Ordering = Ordering.BEST_EFFORT_FIFO
     pods_ready_timeout_seconds: int | None = None
     requeue: RequeuePolicy = RequeuePolicy()
+    evict_on_gpu_unhealthy: bool = True  # False: mark the gang and let it run
+    evict_idle: bool = False
 
 
 class WorkloadPhase(StrEnum):

@@ -27,6 +27,7 @@ class JournalEvent(StrEnum):
     DEACTIVATED = "Deactivated"
     FINISHED = "Finished"
     INVALID = "Invalid"
+    FLAGGED = "Flagged"  # a condition set on a running gang (GPUUnhealthy, Idle)
 
 
 @dataclass(frozen=True, slots=True)

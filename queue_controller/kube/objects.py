@@ -31,6 +31,7 @@ from queue_controller.core.model import (
 from queue_controller.core.quantity import parse_milli
 from queue_controller.core.requests import pod_request
 from queue_controller.errors import InputError, QuantityError
+from queue_controller.kube import nodehealth
 from queue_controller.kube.fields import Obj, get, objects, strings
 
 _AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
@@ -138,6 +139,8 @@ def node(obj: Obj) -> Node:
         ),
         unschedulable=get(obj, "spec.unschedulable", bool, False),
         conditions=conditions,
+        capacity=_resources(obj, "status.capacity"),
+        gpu_health=nodehealth.gpu_health(obj),
     )
 
 
@@ -225,6 +228,8 @@ def queue(obj: Obj) -> Queue:
             backoff_max_seconds=spec.requeue.backoffMaxSeconds,
             backoff_limit=spec.requeue.backoffLimit,
         ),
+        evict_on_gpu_unhealthy=spec.gpuHealth.onUnhealthy is v1alpha1.GpuUnhealthyPolicy.EVICT,
+        evict_idle=spec.gpuHealth.evictIdle,
     )
 
 
