@@ -81,7 +81,8 @@ def test_a_fully_unhealthy_node_offers_nothing_and_says_why() -> None:
     assert all_gpus_unhealthy(node)
     assert usable_allocatable(node)[GPU] == 0
     reason = exclusion(node, template(1))
-    assert reason is not None and reason.describe() == "GPUUnhealthy all 2 GPUs"
+    assert reason is not None
+    assert reason.describe() == "GPUUnhealthy all 2 GPUs"
 
 
 def test_a_condition_without_a_list_takes_the_whole_node() -> None:

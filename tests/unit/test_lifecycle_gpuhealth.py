@@ -91,7 +91,8 @@ def test_a_running_gang_on_a_gpu_that_failed_is_evicted_whole_with_gpu_unhealthy
     assert isinstance(evict, act.Evict)
     assert evict.reason == "GPUUnhealthy"
     assert len(evict.pods) == 2  # both members go, not only the one on n1
-    assert "ns/train-0" in evict.message and "GPU 3 (GPU-3) has XID 79" in evict.message
+    assert "ns/train-0" in evict.message
+    assert "GPU 3 (GPU-3) has XID 79" in evict.message
 
 
 def test_under_mark_the_gang_is_flagged_once_and_keeps_running() -> None:
@@ -122,7 +123,8 @@ def test_a_report_naming_pods_evicts_only_gangs_with_those_pods() -> None:
     assert plan(queue(), *running_gang(elsewhere)) == []
     ours = node("n1", unhealthy=[xid79(since_before_now=1200, pods=["ns/train-0"])])
     (evict,) = plan(queue(), *running_gang(ours))
-    assert isinstance(evict, act.Evict) and evict.reason == "GPUUnhealthy"
+    assert isinstance(evict, act.Evict)
+    assert evict.reason == "GPUUnhealthy"
 
 
 def test_a_condition_set_by_hand_without_a_list_hits_every_member_there() -> None:
@@ -151,7 +153,8 @@ def test_an_idle_gang_is_flagged_and_evicted_only_where_its_queue_opts_in() -> N
     assert isinstance(flag, act.SetCondition)
     assert (flag.kind, flag.status, flag.reason) == ("Idle", True, "GPUIdle")
     (evict,) = plan(queue(evictIdle=True), *running_gang(), idle=idle)
-    assert isinstance(evict, act.Evict) and evict.reason == "Idle"
+    assert isinstance(evict, act.Evict)
+    assert evict.reason == "Idle"
 
 
 def test_the_idle_flag_clears_when_the_gpus_get_busy() -> None:
