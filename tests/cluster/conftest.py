@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from queue_controller import nodepools
 from queue_controller.localcluster import Layout, LocalCluster
+from tests.cluster.controller_harness import LEASE_NAMESPACE, ControllerProcess
+from tests.cluster.workloads import Objects
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "local-cluster"
@@ -109,3 +112,40 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     while cluster.core.list_namespaced_pod(name).items and time.monotonic() < deadline:
         time.sleep(0.2)
     cluster.core.delete_namespace(name)
+
+
+# -- the controller, as a subprocess, for every test that needs it ------------------
+
+
+@pytest.fixture(scope="session")
+def journal_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('journal') / 'journal.db'}"
+
+
+@pytest.fixture(scope="session")
+def controller(
+    cluster: Cluster, crds: None, journal_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
+    try:
+        cluster.core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=LEASE_NAMESPACE))
+        )
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    process = ControllerProcess(
+        kubeconfig=cluster.kubeconfig,
+        journal=journal_url,
+        logs=tmp_path_factory.mktemp("controller-logs"),
+        identity="qc-a",
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def objects(cluster: Cluster, namespace: str, controller: ControllerProcess) -> Iterator[Objects]:
+    made = Objects(cluster, namespace)
+    yield made
+    made.cleanup()

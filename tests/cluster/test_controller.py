@@ -8,13 +8,9 @@ each other's leftovers.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
@@ -22,267 +18,23 @@ from kubernetes.client.exceptions import ApiException
 
 from queue_controller.journal import read_history
 from tests.cluster.conftest import Cluster
-from tests.cluster.controller_harness import LEASE_NAMESPACE, ControllerProcess
+from tests.cluster.controller_harness import ControllerProcess
+from tests.cluster.workloads import (
+    GPU,
+    GROUP,
+    VERSION,
+    Objects,
+    create,
+    eventually,
+    filler,
+    h100,
+    job,
+    pods_of,
+    running_on,
+    table,
+)
 
 pytestmark = pytest.mark.cluster
-T = TypeVar("T")
-GROUP, VERSION = "queue-controller.io", "v1alpha1"
-GPU = "nvidia.com/gpu"
-
-
-def eventually(probe: Callable[[], T | None], *, timeout: float = 45, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
-
-
-@pytest.fixture(scope="session")
-def journal_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('journal') / 'journal.db'}"
-
-
-@pytest.fixture(scope="session")
-def controller(
-    cluster: Cluster, crds: None, journal_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    try:
-        cluster.core.create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=LEASE_NAMESPACE))
-        )
-    except ApiException as error:
-        if error.status != 409:
-            raise
-    process = ControllerProcess(
-        kubeconfig=cluster.kubeconfig,
-        journal=journal_url,
-        logs=tmp_path_factory.mktemp("controller-logs"),
-        identity="qc-a",
-    )
-    process.start()
-    yield process
-    process.stop()
-
-
-class Objects:
-    """Our custom objects for one test, removed at the end."""
-
-    def __init__(self, cluster: Cluster, namespace: str) -> None:
-        self.api = client.CustomObjectsApi(cluster.api)
-        self.cluster, self.namespace = cluster, namespace
-        self.quotas: list[str] = []
-
-    def team_quota(
-        self,
-        gpus: int | str,
-        *,
-        cohort: str = "",
-        borrowing: int | None = None,
-        lending: int | None = None,
-    ) -> str:
-        name = f"{self.namespace[:40]}-{secrets.token_hex(2)}"
-        limits: dict[str, Any] = {"nominal": gpus}
-        if borrowing is not None:
-            limits["borrowingLimit"] = borrowing
-        if lending is not None:
-            limits["lendingLimit"] = lending
-        spec: dict[str, Any] = {"resources": {GPU: limits}}
-        if cohort:
-            spec["cohort"] = cohort
-        self.api.create_cluster_custom_object(
-            GROUP,
-            VERSION,
-            "teamquotas",
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "TeamQuota",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
-        self.quotas.append(name)
-        return name
-
-    def queue(
-        self,
-        name: str,
-        team: str,
-        *,
-        ordering: str = "BestEffortFIFO",
-        timeout: int | None = None,
-        backoff_limit: int | None = None,
-    ) -> str:
-        spec: dict[str, Any] = {
-            "teamQuota": team,
-            "ordering": ordering,
-            "requeue": {"backoffBaseSeconds": 1, "backoffMaxSeconds": 4},
-        }
-        if timeout is not None:
-            spec["podsReadyTimeoutSeconds"] = timeout
-        if backoff_limit is not None:
-            spec["requeue"]["backoffLimit"] = backoff_limit
-        self.api.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            self.namespace,
-            "queues",
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "Queue",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
-        return name
-
-    def pod_group(self, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = self.api.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, "podgroups", name
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return found
-
-    def phase(self, name: str, *phases: str) -> dict[str, Any] | None:
-        group = self.pod_group(name)
-        if group is not None and group.get("status", {}).get("phase") in phases:
-            return group
-        return None
-
-    def cleanup(self) -> None:
-        for name in self.quotas:
-            self.api.delete_cluster_custom_object(GROUP, VERSION, "teamquotas", name)
-
-
-@pytest.fixture
-def objects(cluster: Cluster, namespace: str, controller: ControllerProcess) -> Iterator[Objects]:
-    made = Objects(cluster, namespace)
-    yield made
-    made.cleanup()
-
-
-def h100(*indices: int) -> list[str]:
-    return [f"h100-{i:04d}" for i in indices]
-
-
-def job(
-    name: str,
-    *,
-    queue: str,
-    gpus: int,
-    pods: int,
-    nodes: list[str],
-    runs_for: str | None = "1h",
-    backoff_limit: int = 0,
-    label: str = "queue-controller.io/queue",
-    suspend: bool | None = None,
-    **pod_spec: Any,
-) -> dict[str, Any]:
-    annotations = {"pod-complete.stage.kwok.x-k8s.io/delay": runs_for} if runs_for else {}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {label: queue}},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "backoffLimit": backoff_limit,
-            **({"suspend": suspend} if suspend is not None else {}),
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "affinity": {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {
-                                                "key": "kubernetes.io/hostname",
-                                                "operator": "In",
-                                                "values": nodes,
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        }
-                    },
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "trainer",
-                            "resources": {"limits": {GPU: str(gpus)}},
-                        }
-                    ],
-                    **pod_spec,
-                },
-            },
-        },
-    }
-
-
-def create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-    created = client.BatchV1Api(cluster.api).create_namespaced_job(namespace, body)
-    return cluster.api.sanitize_for_serialization(created)  # type: ignore[no-any-return]
-
-
-def pods_of(cluster: Cluster, namespace: str, job_name: str) -> list[Any]:
-    selector = f"batch.kubernetes.io/job-name={job_name}"
-    return [
-        p
-        for p in cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
-        if p.metadata.deletion_timestamp is None
-    ]
-
-
-def running_on(cluster: Cluster, namespace: str, job_name: str) -> Counter[str]:
-    return Counter(
-        p.spec.node_name
-        for p in pods_of(cluster, namespace, job_name)
-        if p.status.phase == "Running"
-    )
-
-
-def table(text: str) -> list[dict[str, str]]:
-    """kubectl's aligned table, cut at the header's column starts (cells may be empty)."""
-    header, *lines = text.splitlines()
-    starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", header)]
-    names = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
-    return [
-        {
-            name: line[a:b].strip()
-            for name, a, b in zip(names, starts, [*starts[1:], None], strict=True)
-        }
-        for line in lines
-    ]
-
-
-def filler(cluster: Cluster, namespace: str, node: str, gpus: int) -> None:
-    """A pod outside any queue, bound straight to a node: capacity the gangs must work around."""
-    cluster.core.create_namespaced_pod(
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"filler-{node}"},
-            "spec": {
-                "nodeName": node,
-                "containers": [
-                    {"name": "c", "image": "x", "resources": {"limits": {GPU: str(gpus)}}}
-                ],
-            },
-        },
-    )
-
 
 # -- the tests ------------------------------------------------------------------
 
