@@ -65,6 +65,21 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge(p + "leader", "1 while this replica holds the lease.", registry=r)
+        self.unhealthy_gpus = Gauge(
+            p + "unhealthy_gpus",
+            "GPUs that a Node's health report takes out of admission.",
+            ["node"],
+            registry=r,
+        )
+        self.flagged_gangs = Gauge(
+            p + "flagged_gangs",
+            "Admitted gangs with a GPU condition set (Idle, or GPUUnhealthy under Mark).",
+            ["queue", "condition"],
+            registry=r,
+        )
+        self.dcgm_targets_down = Gauge(
+            p + "dcgm_targets_down", "DCGM targets that did not answer the last read.", registry=r
+        )
         self.journal_up = Gauge(
             p + "journal_up", "1 while the decision journal accepts writes.", registry=r
         )
@@ -84,6 +99,16 @@ class Metrics:
             self.quota_used.labels(quota, resource).set(value)
         for (quota, resource), value in nominal.items():
             self.quota_nominal.labels(quota, resource).set(value)
+
+    def set_gpu_signals(
+        self, unhealthy: Mapping[str, int], flagged: Mapping[tuple[str, str], int]
+    ) -> None:
+        self.unhealthy_gpus.clear()
+        for node, count in unhealthy.items():
+            self.unhealthy_gpus.labels(node).set(count)
+        self.flagged_gangs.clear()
+        for (queue, condition), count in flagged.items():
+            self.flagged_gangs.labels(queue, condition).set(count)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

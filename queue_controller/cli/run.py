@@ -65,6 +65,42 @@ import click
     "[QC_PODS_READY_TIMEOUT_SECONDS]",
 )
 @click.option(
+    "--dcgm-urls",
+    metavar="URL[,URL...]",
+    help="Read GPU health and activity from DCGM: dcgm-exporter /metrics targets or a "
+    "Prometheus /federate URL (default off; the node agent is the other way). [QC_DCGM_URLS]",
+)
+@click.option(
+    "--dcgm-interval",
+    "dcgm_interval_seconds",
+    type=float,
+    help="Seconds between DCGM reads (default 30). [QC_DCGM_INTERVAL_SECONDS]",
+)
+@click.option(
+    "--gpu-clear",
+    "gpu_clear_seconds",
+    type=float,
+    help="Seconds without a fault before a GPU counts as healthy again (default 600). "
+    "[QC_GPU_CLEAR_SECONDS]",
+)
+@click.option(
+    "--gpu-taint/--no-gpu-taint",
+    default=None,
+    help="With DCGM: taint nodes that have unhealthy GPUs (default off). [QC_GPU_TAINT]",
+)
+@click.option(
+    "--idle-threshold",
+    type=float,
+    help="GR_ENGINE_ACTIVE below this is idle (default 0.05). [QC_IDLE_THRESHOLD]",
+)
+@click.option(
+    "--idle-window",
+    "idle_window_seconds",
+    type=float,
+    help="Seconds of idle GPUs before a gang is flagged Idle (default 1800). "
+    "[QC_IDLE_WINDOW_SECONDS]",
+)
+@click.option(
     "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="[QC_LOG_LEVEL]"
 )
 def run(**flags: object) -> None:

@@ -2,12 +2,15 @@
 
 A member is hit when it holds GPUs on a node that reports unhealthy GPUs and:
 
-* the report names the pods on that GPU (DCGM's pod mapping) and it is one
-  of them; or
-* the report names no pods, and the member existed before the GPU turned
-  unhealthy.  A member created later was placed by an admission that already
-  counted the GPU out, so it is left alone; otherwise every gang admitted
-  beside a dead GPU would be evicted again and again.
+* the report names it among the pods on that GPU (DCGM's pod mapping); or
+* it existed before the GPU turned unhealthy.  Without a per-device map the
+  controller cannot tell which of a node's GPUs a pod holds, so every older
+  GPU pod there counts.  A named list never spares a pod: behind a Prometheus
+  that attaches target labels it may name the exporter's own pod instead.
+
+A member created after the fault was placed by an admission that already
+counted the GPU out, so it is left alone; otherwise every gang admitted
+beside a dead GPU would be evicted again and again.
 
 Whether the gang is then evicted or only marked is the Queue's choice
 (``spec.gpuHealth.onUnhealthy``).
@@ -85,7 +88,7 @@ def hits(pods: Iterable[Obj], health: Mapping[str, tuple[GpuHealth, float]]) -> 
                 out.append(Hit(key, node, None))
             continue
         for gpu in report.unhealthy:
-            if key in gpu.pods if gpu.pods else created <= gpu.since:
+            if key in gpu.pods or created <= gpu.since:
                 out.append(Hit(key, node, gpu))
                 break
     return out

@@ -18,12 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from queue_controller.controller import actions as act
+from queue_controller.controller import gpuwatch
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.leader import Leadership
-from queue_controller.controller.lifecycle import Planner, gangs, gated, pod_node
+from queue_controller.controller.lifecycle import Gang, Planner, condition, gangs, gated, pod_node
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult, Verdict, schedule
+from queue_controller.core.gpuhealth import GPU_COUNT_LABEL, unhealthy_indices
 from queue_controller.core.quantity import parse_milli
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import describe
@@ -55,6 +57,7 @@ class SchedulingLoop:
         tick_seconds: float,
         batch_seconds: float,
         status_writes_per_cycle: int,
+        idle: Callable[[list[Gang], float], dict[str, float]] | None = None,
     ) -> None:
         self.state, self.planner, self.applier = state, planner, applier
         self.leadership, self.metrics, self.health = leadership, metrics, health
@@ -64,6 +67,7 @@ class SchedulingLoop:
             batch_seconds,
             status_writes_per_cycle,
         )
+        self.idle = idle  # which running gangs idle (from DCGM), when it is read
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -117,9 +121,11 @@ class SchedulingLoop:
         items = [Located(describe(obj), obj) for obj in frozen.all()]
         snapshot = build_snapshot(items, now=now, skip=skip)
         result = schedule(snapshot)
-        actions = self.planner.plan(frozen, result, now=now)
+        all_gangs = gangs(frozen)
+        idle = self.idle(all_gangs, now) if self.idle is not None else None
+        actions = self.planner.plan(frozen, result, now=now, idle=idle)
         partial = 0
-        for gang in gangs(frozen):
+        for gang in all_gangs:
             if gang.phase in ("Admitted", "Running") and gang.group is not None:
                 placed = sum(1 for p in gang.live_pods if pod_node(p) and not gated(p))
                 if 0 < placed < int(gang.group.get("spec", {}).get("minMember", 0)):
@@ -159,3 +165,20 @@ class SchedulingLoop:
                     plan.result.quota_usage.get(name, {}).get(resource, 0) / 1000
                 )
         self.metrics.set_quota(used, nominal)
+        self._gpu_gauges()
+
+    def _gpu_gauges(self) -> None:
+        unhealthy: dict[str, int] = {}
+        for node, (report, _) in gpuwatch.node_health(self.state.of_kind("Node")).items():
+            labels = (self.state.get("Node", "", node) or {}).get("metadata", {}).get("labels", {})
+            count = report.gpu_count or int(labels.get(GPU_COUNT_LABEL, "0") or 0)
+            unhealthy[node] = count if report.whole_node else len(unhealthy_indices(report))
+        flagged: Counter[tuple[str, str]] = Counter()
+        for gang in gangs(self.state):
+            if gang.group is None or gang.phase not in ("Admitted", "Running"):
+                continue
+            for kind in ("Idle", "GPUUnhealthy"):
+                found = condition(gang.group, kind)
+                if found is not None and found.get("status") == "True":
+                    flagged[(gang.queue_key, kind)] += 1
+        self.metrics.set_gpu_signals(unhealthy, flagged)

@@ -21,6 +21,7 @@ import kopf
 from kubernetes import client, config
 
 from queue_controller.controller.apply import Applier
+from queue_controller.controller.dcgmsource import DcgmSource
 from queue_controller.controller.handlers import build_registry
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
@@ -29,8 +30,11 @@ from queue_controller.controller.server import Health, HealthServer
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
 from queue_controller.errors import QueueControllerError
+from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
+from queue_controller.gpuhealth.idle import IdleTracker
 from queue_controller.journal import Journal
 from queue_controller.kube import gateway as gw
+from queue_controller.kube.healthwriter import NodeHealthPublisher
 from queue_controller.localcluster.pki import ServingCertificate, serving_certificate
 from queue_controller.metrics import Metrics
 
@@ -63,6 +67,23 @@ def _certificate(settings: Settings, scratch: Path) -> ServingCertificate | None
         d = settings.webhook_cert_dir
         return ServingCertificate(d / "tls.crt", d / "tls.key", d / "ca.crt")
     return serving_certificate(scratch / "webhook", hosts=(settings.webhook_host,))
+
+
+def _dcgm_source(settings: Settings, gateway: gw.Gateway, metrics: Metrics) -> DcgmSource | None:
+    if not settings.dcgm_targets:
+        return None
+    log.info("reading GPU health from DCGM at %s", ", ".join(settings.dcgm_targets))
+    return DcgmSource(
+        urls=settings.dcgm_targets,
+        publisher=NodeHealthPublisher(gateway=gateway, source="dcgm", taint=settings.gpu_taint),
+        health=DcgmHealth(clear_seconds=settings.gpu_clear_seconds),
+        idle=IdleTracker(
+            threshold=settings.idle_threshold, window_seconds=settings.idle_window_seconds
+        ),
+        metrics=metrics,
+        clock=time.time,
+        interval_seconds=settings.dcgm_interval_seconds,
+    )
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -109,6 +130,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     await server.start()
     log.info("metrics and health on %s:%d", settings.metrics_host, server.port)
 
+    dcgm = _dcgm_source(settings, gateway, metrics)
     scheduling = SchedulingLoop(
         state=state,
         planner=Planner(settings.pods_ready_timeout_seconds),
@@ -120,6 +142,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         tick_seconds=settings.tick_seconds,
         batch_seconds=settings.batch_seconds,
         status_writes_per_cycle=settings.status_writes_per_cycle,
+        idle=None if dcgm is None else (lambda gangs, now: dcgm.idle_gangs(gangs, now=now)),
     )
     with tempfile.TemporaryDirectory(prefix="queue-controller-") as scratch:
         registry = build_registry(
@@ -129,9 +152,12 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
             kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
         )
         loop_task = asyncio.create_task(scheduling.run(stop))
+        tasks = [operator, loop_task, asyncio.create_task(stop.wait())]
+        if dcgm is not None:
+            tasks.append(asyncio.create_task(dcgm.run(stop, state=state, leadership=leadership)))
         try:
             done, _ = await asyncio.wait(
-                [operator, loop_task, asyncio.create_task(stop.wait())],
+                tasks,
                 return_when=asyncio.FIRST_COMPLETED,
             )
             for task in done:

@@ -70,6 +70,43 @@ class Settings(BaseSettings):
         description="tls.crt, tls.key and ca.crt; made on the fly for the local webhook if unset.",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # GPU health from DCGM: the alternative to the node agent (see the README).
+    dcgm_urls: str = Field(
+        default="",
+        description=(
+            "Comma-separated URLs that serve DCGM metrics in the Prometheus text format: "
+            "dcgm-exporter /metrics targets, or a Prometheus /federate URL.  Empty: off."
+        ),
+    )
+    dcgm_interval_seconds: float = Field(default=30.0, gt=0, description="How often to read them.")
+    gpu_clear_seconds: float = Field(
+        default=600.0, ge=0, description="A GPU is healthy again after this long without a fault."
+    )
+    gpu_taint: bool = Field(
+        default=False,
+        description="Taint nodes with unhealthy GPUs queue-controller.io/gpu-unhealthy:NoSchedule.",
+    )
+    idle_threshold: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="DCGM_FI_PROF_GR_ENGINE_ACTIVE below this counts as idle.",
+    )
+    idle_window_seconds: float = Field(
+        default=1800.0, gt=0, description="How long a gang's GPUs must idle before it is flagged."
+    )
+
+    @property
+    def dcgm_targets(self) -> tuple[str, ...]:
+        return tuple(url.strip() for url in self.dcgm_urls.split(",") if url.strip())
+
+    @field_validator("dcgm_urls")
+    @classmethod
+    def _dcgm_urls(cls, value: str) -> str:
+        for url in (u.strip() for u in value.split(",")):
+            if url and not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return value
 
     @field_validator("journal_url")
     @classmethod

@@ -12,9 +12,11 @@ import os
 import re
 import secrets
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -122,9 +124,44 @@ def journal_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"sqlite:///{tmp_path_factory.mktemp('journal') / 'journal.db'}"
 
 
+class FakeDcgmExporter:
+    """A local HTTP server standing in for dcgm-exporter: tests set what /metrics says."""
+
+    def __init__(self) -> None:
+        self.body = ""  # no GPUs reported: DCGM changes nothing until a test says so
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                data = outer.body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+
+
+@pytest.fixture(scope="session")
+def dcgm() -> Iterator[FakeDcgmExporter]:
+    exporter = FakeDcgmExporter()
+    yield exporter
+    exporter.server.shutdown()
+
+
 @pytest.fixture(scope="session")
 def controller(
-    cluster: Cluster, crds: None, journal_url: str, tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster,
+    crds: None,
+    journal_url: str,
+    dcgm: FakeDcgmExporter,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ControllerProcess]:
     try:
         cluster.core.create_namespace(
@@ -138,6 +175,9 @@ def controller(
         journal=journal_url,
         logs=tmp_path_factory.mktemp("controller-logs"),
         identity="qc-a",
+        # GPU health from the fake exporter, read every second; a GPU is
+        # trusted again 3 s after its last fault, so recovery fits in a test.
+        extra_args=("--dcgm-urls", dcgm.url, "--dcgm-interval", "1", "--gpu-clear", "3"),
     )
     process.start()
     yield process

@@ -37,7 +37,9 @@ class ControllerProcess:
         identity: str,
         webhook: str = "local",
         timeout_seconds: int = 10,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
+        self.extra_args = extra_args
         self.kubeconfig, self.journal, self.logs = kubeconfig, journal, logs
         self.identity, self.webhook = identity, webhook
         self.timeout_seconds = timeout_seconds
@@ -81,6 +83,7 @@ class ControllerProcess:
                 str(self.timeout_seconds),
                 "--log-level",
                 "DEBUG",
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -118,13 +118,15 @@ def test_members_created_after_the_fault_were_placed_knowing_it() -> None:
     assert plan(queue(), *running_gang(node("n1", unhealthy=[xid79(since_before_now=1200)]))) == []
 
 
-def test_a_report_naming_pods_evicts_only_gangs_with_those_pods() -> None:
-    elsewhere = node("n1", unhealthy=[xid79(pods=["ns/another-pod"])])
-    assert plan(queue(), *running_gang(elsewhere)) == []
+def test_a_report_naming_pods_hits_them_even_when_created_after_the_fault() -> None:
     ours = node("n1", unhealthy=[xid79(since_before_now=1200, pods=["ns/train-0"])])
     (evict,) = plan(queue(), *running_gang(ours))
     assert isinstance(evict, act.Evict)
     assert evict.reason == "GPUUnhealthy"
+    # A list naming someone else spares nobody older than the fault.
+    elsewhere = node("n1", unhealthy=[xid79(pods=["gpu-operator/nvidia-dcgm-exporter-x"])])
+    (evict,) = plan(queue(), *running_gang(elsewhere))
+    assert isinstance(evict, act.Evict)
 
 
 def test_a_condition_set_by_hand_without_a_list_hits_every_member_there() -> None:

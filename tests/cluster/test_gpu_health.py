@@ -1,0 +1,211 @@
+"""GPU health end to end on the real local control plane.
+
+The session's controller reads a fake dcgm-exporter (tests/cluster/conftest.py)
+every second.  Here a GPU of a MIG node raises XID 79 there, and:
+
+1. the node is marked unhealthy (``kubectl describe node`` shows GPUHealthy);
+2. the running gang on it is evicted whole with GPUUnhealthy and requeued;
+3. it is admitted again elsewhere, while a gang that needs the whole node waits;
+4. ``plan`` over a dump of the cluster at that moment decides the same;
+5. when the XID clears, the node recovers and admission uses it again.
+
+The tests use the A100 MIG nodes, which the other controller tests leave alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from queue_controller.cli import cli
+from queue_controller.kube import nodehealth
+from tests.cluster.conftest import Cluster, FakeDcgmExporter
+from tests.cluster.controller_harness import ControllerProcess
+from tests.cluster.workloads import Objects, create, eventually, job, running_on
+
+pytestmark = pytest.mark.cluster
+MIG = "nvidia.com/mig-3g.40gb"  # one per GPU on these nodes: 8 per node
+NODES = ["a100-mig-0002", "a100-mig-0003"]
+
+
+def exposition(xid_by_host: dict[str, dict[int, int]]) -> str:
+    """dcgm-exporter's text for both nodes' 8 GPUs, with the given XIDs."""
+    lines = [
+        "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.",
+        "# TYPE DCGM_FI_DEV_XID_ERRORS gauge",
+    ]
+    for host in NODES:
+        for gpu in range(8):
+            xid = xid_by_host.get(host, {}).get(gpu, 0)
+            labels = (
+                f'gpu="{gpu}",UUID="GPU-{host}-{gpu}",device="nvidia{gpu}",'
+                f'modelName="NVIDIA A100-SXM4-80GB",Hostname="{host}"'
+            )
+            lines.append(f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {xid}")
+    return "\n".join(lines) + "\n"
+
+
+def mig_job(name: str, *, queue: str) -> dict[str, Any]:
+    body = job(name, queue=queue, gpus=8, pods=1, nodes=NODES)
+    (container,) = body["spec"]["template"]["spec"]["containers"]
+    container["resources"] = {"limits": {MIG: "8"}}
+    return body
+
+
+def condition(cluster: Cluster, node: str) -> dict[str, Any] | None:
+    obj = json.loads(cluster.kubectl("get", "node", node, "-o", "json"))
+    return nodehealth.condition(obj)  # type: ignore[return-value]
+
+
+@pytest.fixture
+def healthy_again(cluster: Cluster, dcgm: FakeDcgmExporter) -> Iterator[None]:
+    """Whatever happens, the nodes end healthy, for the tests that come after."""
+    dcgm.body = exposition({})
+    yield
+    dcgm.body = exposition({})
+    for node in NODES:
+        eventually(
+            lambda n=node: (c := condition(cluster, n)) is None or c.get("status") == "True",
+            timeout=30,
+            what=f"{node} healthy again",
+        )
+
+
+def test_a_gpu_fault_from_dcgm_evicts_the_gang_on_it_and_admission_avoids_it_until_it_clears(
+    cluster: Cluster,
+    namespace: str,
+    objects: Objects,
+    controller: ControllerProcess,
+    dcgm: FakeDcgmExporter,
+    healthy_again: None,
+    tmp_path: Path,
+) -> None:
+    team = objects.team_quota(0)
+    api = objects.api
+    api.patch_cluster_custom_object(
+        "queue-controller.io",
+        "v1alpha1",
+        "teamquotas",
+        team,
+        {"spec": {"resources": {MIG: {"nominal": 16}}}},
+    )
+    objects.queue("train", team)
+    create(cluster, namespace, mig_job("first", queue="train"))
+    placed = eventually(
+        lambda: (c := running_on(cluster, namespace, "first")) and sum(c.values()) == 1 and c,
+        what="the first gang running",
+    )
+    (sick,) = placed
+    (other,) = [n for n in NODES if n != sick]
+
+    # 1. XID 79 (fallen off the bus) on GPU 3 of the node the gang runs on.
+    dcgm.body = exposition({sick: {3: 79}})
+    state = eventually(
+        lambda: (c := condition(cluster, sick)) and c.get("status") == "False" and c,
+        what="the node marked unhealthy",
+    )
+    assert state["reason"] == "XidCriticalError"
+    assert f"GPU 3 (GPU-{sick}-3): XID 79" in state["message"]
+    described = cluster.kubectl("describe", "node", sick)
+    assert "GPUHealthy" in described
+    assert "XidCriticalError" in described
+
+    # 2. The gang on it is evicted whole, with the reason, and requeued.
+    evicted = eventually(
+        lambda: (
+            (g := objects.pod_group("first"))
+            and any(
+                c["type"] == "Evicted" and c["reason"] == "GPUUnhealthy"
+                for c in g.get("status", {}).get("conditions", [])
+            )
+            and g
+        ),
+        what="the gang evicted with GPUUnhealthy",
+    )
+    assert "GPU 3" in evicted["status"]["message"]
+    eventually(
+        lambda: {"Evicted", "Requeued"}
+        <= {e.reason for e in cluster.core.list_namespaced_event(namespace).items},
+        what="the Evicted and Requeued events",
+    )
+    assert (
+        controller.metric(
+            "queue_controller_evicted_gangs_total",
+            queue=f"{namespace}/train",
+            reason="GPUUnhealthy",
+        )
+        >= 1
+    )
+
+    # 3. Requeued, it is admitted on the healthy node; a gang that needs all
+    #    eight instances of a node cannot use the sick one (7 left) and waits.
+    eventually(
+        lambda: running_on(cluster, namespace, "first") == {other: 1},
+        timeout=60,
+        what="the gang running again, elsewhere",
+    )
+    create(cluster, namespace, mig_job("second", queue="train"))
+    waiting = eventually(
+        lambda: (
+            (g := objects.pod_group("second"))
+            and g.get("status", {}).get("reason") == "NoNodeFit"
+            and g
+        ),
+        what="the second gang pending",
+    )
+    assert f"Insufficient {MIG}" in waiting["status"]["message"]
+    assert controller.metric("queue_controller_unhealthy_gpus", node=sick) == 1
+
+    # 4. plan, over a dump of this moment, decides the same.
+    dump = tmp_path / "dump.yaml"
+    dump.write_text(
+        cluster.kubectl(
+            "get",
+            "nodes,pods,jobs,priorityclasses,teamquotas,queues,podgroups",
+            "-A",
+            "-o",
+            "yaml",
+        )
+    )
+    result = CliRunner().invoke(cli, ["plan", "-f", str(dump), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    decisions = {d["workload"]: d for d in json.loads(result.stdout)["decisions"]}
+    second = decisions[f"{namespace}/second"]
+    assert second["decision"] == "Pending"
+    assert second["reason"] == "NoNodeFit"
+    assert second["message"] == waiting["status"]["message"]
+
+    # 5. The GPU is reset (XID back to 0): after the clear period the node is
+    #    healthy again and the waiting gang is admitted on it.
+    dcgm.body = exposition({})
+    eventually(
+        lambda: (c := condition(cluster, sick)) and c.get("status") == "True",
+        what="the node healthy again",
+    )
+    eventually(
+        lambda: running_on(cluster, namespace, "second") == {sick: 1},
+        timeout=60,
+        what="the waiting gang admitted on the recovered node",
+    )
+
+
+def test_an_operator_reset_clears_a_fault_at_once(
+    cluster: Cluster, controller: ControllerProcess, dcgm: FakeDcgmExporter, healthy_again: None
+) -> None:
+    node = NODES[0]
+    dcgm.body = exposition({node: {5: 48}})  # a double-bit ECC error, still on the gauge
+    eventually(
+        lambda: (c := condition(cluster, node)) and c.get("status") == "False",
+        what="the node marked unhealthy",
+    )
+    cluster.kubectl("annotate", "node", node, f"{nodehealth.RESET_ANNOTATION}=repaired-1")
+    eventually(
+        lambda: (c := condition(cluster, node)) and c.get("status") == "True",
+        what="the reset to take effect while the gauge still shows XID 48",
+    )
+    cluster.kubectl("annotate", "node", node, f"{nodehealth.RESET_ANNOTATION}-")
