@@ -129,8 +129,10 @@ def test_a_gpu_fault_from_dcgm_evicts_the_gang_on_it_and_admission_avoids_it_unt
     )
     assert "GPU 3" in evicted["status"]["message"]
     eventually(
-        lambda: {"Evicted", "Requeued"}
-        <= {e.reason for e in cluster.core.list_namespaced_event(namespace).items},
+        lambda: (
+            {"Evicted", "Requeued"}
+            <= {e.reason for e in cluster.core.list_namespaced_event(namespace).items}
+        ),
         what="the Evicted and Requeued events",
     )
     assert (
