@@ -13,6 +13,7 @@ import click
 from queue_controller import __version__
 from queue_controller.cli.history import history
 from queue_controller.cli.localcluster import local_cluster
+from queue_controller.cli.nodeagent import node_agent
 from queue_controller.cli.plan import plan
 from queue_controller.cli.run import run
 from queue_controller.cli.simulate import simulate
@@ -37,6 +38,7 @@ cli.add_command(run)
 cli.add_command(local_cluster)
 cli.add_command(history)
 cli.add_command(simulate)
+cli.add_command(node_agent)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""The GPU node agent, with a fake NVML: no GPU, driver or cluster needed."""
