@@ -177,7 +177,17 @@ def controller(
         identity="qc-a",
         # GPU health from the fake exporter, read every second; a GPU is
         # trusted again 3 s after its last fault, so recovery fits in a test.
-        extra_args=("--dcgm-urls", dcgm.url, "--dcgm-interval", "1", "--gpu-clear", "3"),
+        # Gangs whose GPUs idle for 3 s are flagged.
+        extra_args=(
+            "--dcgm-urls",
+            dcgm.url,
+            "--dcgm-interval",
+            "1",
+            "--gpu-clear",
+            "3",
+            "--idle-window",
+            "3",
+        ),
     )
     process.start()
     yield process

@@ -26,15 +26,21 @@ from queue_controller.cli import cli
 from queue_controller.kube import nodehealth
 from tests.cluster.conftest import Cluster, FakeDcgmExporter
 from tests.cluster.controller_harness import ControllerProcess
-from tests.cluster.workloads import Objects, create, eventually, job, running_on
+from tests.cluster.workloads import Objects, create, eventually, job, pods_of, running_on
 
 pytestmark = pytest.mark.cluster
 MIG = "nvidia.com/mig-3g.40gb"  # one per GPU on these nodes: 8 per node
 NODES = ["a100-mig-0002", "a100-mig-0003"]
 
 
-def exposition(xid_by_host: dict[str, dict[int, int]]) -> str:
-    """dcgm-exporter's text for both nodes' 8 GPUs, with the given XIDs."""
+def exposition(
+    xid_by_host: dict[str, dict[int, int]], activity: dict[tuple[str, str], float] | None = None
+) -> str:
+    """dcgm-exporter's text for both nodes' 8 GPUs, with the given XIDs.
+
+    ``activity``: (namespace, pod) -> GR_ENGINE_ACTIVE, each pod on GPU 0 of
+    the first node (the exporter's pod mapping).
+    """
     lines = [
         "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.",
         "# TYPE DCGM_FI_DEV_XID_ERRORS gauge",
@@ -47,6 +53,16 @@ def exposition(xid_by_host: dict[str, dict[int, int]]) -> str:
                 f'modelName="NVIDIA A100-SXM4-80GB",Hostname="{host}"'
             )
             lines.append(f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {xid}")
+    lines += [
+        "# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.",
+        "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge",
+    ]
+    for (namespace, pod), value in (activity or {}).items():
+        labels = (
+            f'gpu="0",UUID="GPU-{NODES[0]}-0",Hostname="{NODES[0]}",'
+            f'container="train",namespace="{namespace}",pod="{pod}"'
+        )
+        lines.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {value}")
     return "\n".join(lines) + "\n"
 
 
@@ -211,3 +227,77 @@ def test_an_operator_reset_clears_a_fault_at_once(
         what="the reset to take effect while the gauge still shows XID 48",
     )
     cluster.kubectl("annotate", "node", node, f"{nodehealth.RESET_ANNOTATION}-")
+
+
+def test_a_gang_whose_gpus_idle_is_flagged_and_evicted_only_where_the_queue_opts_in(
+    cluster: Cluster,
+    namespace: str,
+    objects: Objects,
+    controller: ControllerProcess,
+    dcgm: FakeDcgmExporter,
+    healthy_again: None,
+) -> None:
+    team = objects.team_quota(0)
+    objects.api.patch_cluster_custom_object(
+        "queue-controller.io",
+        "v1alpha1",
+        "teamquotas",
+        team,
+        {"spec": {"resources": {MIG: {"nominal": 16}}}},
+    )
+    objects.queue("flag", team)
+    create(cluster, namespace, mig_job("quiet", queue="flag"))
+    (pod,) = eventually(
+        lambda: (
+            (p := pods_of(cluster, namespace, "quiet")) and p[0].status.phase == "Running" and p
+        ),
+        what="the gang running",
+    )
+    dcgm.body = exposition({}, {(namespace, pod.metadata.name): 0.0})
+
+    def idle_condition() -> dict[str, Any] | None:
+        group = objects.pod_group("quiet") or {}
+        conditions = group.get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == "Idle"), None)
+
+    flagged = eventually(
+        lambda: (c := idle_condition()) and c["status"] == "True" and c,
+        what="the Idle condition",
+    )
+    assert flagged["reason"] == "GPUIdle"
+    eventually(
+        lambda: (
+            "GPUIdle" in {e.reason for e in cluster.core.list_namespaced_event(namespace).items}
+        ),
+        what="the GPUIdle event",
+    )
+    assert (
+        controller.metric(
+            "queue_controller_flagged_gangs", queue=f"{namespace}/flag", condition="Idle"
+        )
+        == 1
+    )
+    assert objects.phase("quiet", "Running"), "flagging alone leaves the gang running"
+
+    # Busy again: the flag clears.
+    dcgm.body = exposition({}, {(namespace, pod.metadata.name): 0.8})
+    cleared = eventually(
+        lambda: (c := idle_condition()) and c["status"] == "False" and c,
+        what="the Idle condition cleared",
+    )
+    assert cleared["reason"] == "GPUActive"
+
+    # A queue that opts in evicts the idle gang.
+    objects.api.patch_namespaced_custom_object(
+        "queue-controller.io",
+        "v1alpha1",
+        namespace,
+        "queues",
+        "flag",
+        {"spec": {"gpuHealth": {"evictIdle": True}}},
+    )
+    dcgm.body = exposition({}, {(namespace, pod.metadata.name): 0.01})
+    eventually(
+        lambda: (g := objects.pod_group("quiet")) and g.get("status", {}).get("reason") == "Idle",
+        what="the idle gang evicted",
+    )
