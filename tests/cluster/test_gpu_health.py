@@ -9,12 +9,16 @@ every second.  Here a GPU of a MIG node raises XID 79 there, and:
 4. ``plan`` over a dump of the cluster at that moment decides the same;
 5. when the XID clears, the node recovers and admission uses it again.
 
-The tests use the A100 MIG nodes, which the other controller tests leave alone.
+The tests use the A100 MIG and L4 nodes, which the other controller tests leave alone.
+The last one runs the node agent's loop on a fake NVML against the real API
+server: what ``kubectl describe node`` shows is what the agent set.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +26,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from queue_controller.agent.loop import NodeAgent
 from queue_controller.cli import cli
+from queue_controller.gpuhealth.nvml import open_session
+from queue_controller.gpuhealth.readings import Limits
 from queue_controller.kube import nodehealth
+from queue_controller.kube.gateway import Gateway
+from queue_controller.kube.healthwriter import NodeHealthPublisher
 from tests.cluster.conftest import Cluster, FakeDcgmExporter
 from tests.cluster.controller_harness import ControllerProcess
 from tests.cluster.workloads import Objects, create, eventually, job, pods_of, running_on
+from tests.fakes.fake_pynvml import FakeNvml
 
 pytestmark = pytest.mark.cluster
 MIG = "nvidia.com/mig-3g.40gb"  # one per GPU on these nodes: 8 per node
@@ -301,3 +311,44 @@ def test_a_gang_whose_gpus_idle_is_flagged_and_evicted_only_where_the_queue_opts
         lambda: (g := objects.pod_group("quiet")) and g.get("status", {}).get("reason") == "Idle",
         what="the idle gang evicted",
     )
+
+
+def test_the_node_agent_sets_the_condition_kubectl_describe_shows_and_taints_the_node(
+    cluster: Cluster,
+) -> None:
+    """The agent's own loop, on the fake NVML, publishing through the real gateway."""
+    node = "l4-0000"
+    nvml = FakeNvml(4)
+    agent = NodeAgent(
+        node_name=node,
+        publisher=NodeHealthPublisher(
+            gateway=Gateway(cluster.api), source="node-agent", taint=True
+        ),
+        open_nvml=lambda: open_session(nvml),
+        limits=Limits(),
+        clear_seconds=600,
+    )
+    try:
+        agent.step()
+        described = cluster.kubectl("describe", "node", node)
+        assert re.search(r"GPUHealthy\s+True .*AllGPUsHealthy\s+all 4 GPUs healthy", described)
+
+        nvml.xid(1, 79)
+        agent.step(agent.session.wait(0) if agent.session else [])
+        described = cluster.kubectl("describe", "node", node)
+        assert re.search(r"GPUHealthy\s+False .*XidCriticalError", described), described
+        assert "XID 79" in described
+        assert f"{nodehealth.TAINT_KEY}=true:NoSchedule" in described
+        time.sleep(3)  # kwok keeps the node's status up: our condition must survive it
+        state = condition(cluster, node)
+        assert state is not None
+        assert state["status"] == "False"
+
+        cluster.kubectl("annotate", "node", node, f"{nodehealth.RESET_ANNOTATION}=swapped")
+        agent.step()
+        described = cluster.kubectl("describe", "node", node)
+        assert re.search(r"GPUHealthy\s+True .*AllGPUsHealthy", described)
+        assert nodehealth.TAINT_KEY not in described
+    finally:
+        agent.close()
+        cluster.kubectl("annotate", "node", node, f"{nodehealth.RESET_ANNOTATION}-")
