@@ -78,9 +78,11 @@ clean:
 # deploy/: the plain manifests are rendered from the Helm chart with the helm that
 # cluster-build builds (deploy/local-cluster/bin/helm); tests/deploy/ checks they are current.
 .PHONY: manifests
-manifests: cluster-build  ## Render deploy/manifests/queue-controller.yaml from the Helm chart
+manifests: cluster-build  ## Render deploy/manifests/{queue-controller,node-agent}.yaml from the Helm chart
 	deploy/manifests/render.sh > deploy/manifests/queue-controller.yaml.tmp
 	mv deploy/manifests/queue-controller.yaml.tmp deploy/manifests/queue-controller.yaml
+	deploy/manifests/render-node-agent.sh > deploy/manifests/node-agent.yaml.tmp
+	mv deploy/manifests/node-agent.yaml.tmp deploy/manifests/node-agent.yaml
 
 # The chart's unit tests (tests/deploy/) run helm, so `unit` builds it first (a no-op
 # when no pin changed); a fresh clone's `make test` reaches unit before cluster-test.

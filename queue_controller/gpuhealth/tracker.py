@@ -53,13 +53,12 @@ class HealthTracker:
     ) -> None:
         """Record a sighting of a fault on GPU ``index``."""
         previous = self._faults.get(index)
+        if previous is not None and self._cleared(previous, now):
+            previous = None  # that fault ran out its clear period: this is a new one
         xids = () if previous is None else previous.xids
         if xid is not None and xid not in xids:
             xids = (*xids, xid)
-        if previous is None or self._cleared(previous, now):
-            since, xids = now, (() if xid is None else (xid,))
-        else:
-            since = previous.since
+        since = now if previous is None else previous.since
         self._faults[index] = UnhealthyGpu(
             index=index,
             uuid=uuid or (previous.uuid if previous else ""),

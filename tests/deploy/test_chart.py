@@ -152,6 +152,17 @@ def test_namespace_object_only_when_asked() -> None:
             ),
             id="settings",
         ),
+        pytest.param(
+            (
+                "settings.dcgmUrls=http://dcgm:9400/metrics",
+                "settings.dcgmIntervalSeconds=15",
+                "settings.gpuClearSeconds=300",
+                "settings.gpuTaint=true",
+                "settings.idleThreshold=0.1",
+                "settings.idleWindowSeconds=600",
+            ),
+            id="gpu-health-settings",
+        ),
     ],
 )
 def test_every_environment_variable_is_a_setting(sets: tuple[str, ...]) -> None:
