@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from queue_controller.core.decisions import Decision, Reason, Verdict
 from queue_controller.core.fit import EquivalenceIndex
+from queue_controller.core.gpuhealth import unhealthy_note
 from queue_controller.core.model import (
     BoundPod,
     Node,
@@ -25,6 +26,7 @@ from queue_controller.core.model import (
     Workload,
     WorkloadPhase,
 )
+from queue_controller.core.nodes import may_select
 from queue_controller.core.ordering import PriorityTable, order_key
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
@@ -142,6 +144,8 @@ class _Cycle:
         self.placer = placer_factory(
             snapshot.nodes, _node_usage(snapshot.pods, admitted), self.shapes.values()
         )
+        # Nodes with some GPUs out, named when a gang does not fit (rarely any).
+        self.sick_nodes = [n for n in snapshot.nodes if n.gpu_health is not None]
         # StrictFIFO queue -> the head that holds it up.
         self.blocked_by: dict[tuple[str, str], str] = {}
         # A gang identical to one that already failed in this cycle, with nothing
@@ -245,12 +249,19 @@ class _Cycle:
             )
         outcome = self.placer.try_place(shape, workload.gang_size)
         if not isinstance(outcome, Placement):
+            explanation = outcome.explanation
+            if self.sick_nodes:
+                note = unhealthy_note(
+                    (n for n in self.sick_nodes if may_select(n, workload.template)),
+                    prepared.request,
+                )
+                explanation += f"; {note}" if note else ""
             return Decision(
                 workload.key,
                 workload.queue,
                 Verdict.PENDING,
                 Reason.NO_NODE_FIT,
-                outcome.explanation,
+                explanation,
             )
         borrowed = self._borrowing(queue.team_quota, need)
         self.ledger.reserve(queue.team_quota, need)

@@ -23,6 +23,8 @@ above allocatable: a GPU is never subtracted twice.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from queue_controller.core.model import GpuHealth, Node
 from queue_controller.core.resources import GPU, MIG_PREFIX, ONE, Resources, is_mig
 
@@ -113,3 +115,24 @@ def healthy_allocatable(node: Node, allocatable: Resources) -> Resources:
         if name in out:
             out[name] = max(0, min(out[name], capacity.get(name, out[name]) - amount))
     return out
+
+
+def unhealthy_note(nodes: Iterable[Node], request: Mapping[str, int]) -> str:
+    """Words for the GPUs that unhealthy reports kept from the nodes a gang could use.
+
+    ``nodes`` are those the gang's selector and affinity allow; a node with every
+    GPU out is already named by its exclusion, so only partly unhealthy ones count.
+    """
+    wanted = {name for name, amount in request.items() if amount and is_gpu_resource(name)}
+    gpus, names = 0, []
+    for node in nodes:
+        if node.gpu_health is None or all_gpus_unhealthy(node):
+            continue
+        if wanted & {name for name, amount in lost_capacity(node).items() if amount}:
+            gpus += len(unhealthy_indices(node.gpu_health))
+            names.append(node.name)
+    if not names:
+        return ""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    plural = "s" if gpus != 1 else ""
+    return f"{gpus} unhealthy GPU{plural} not offered (on {shown})"

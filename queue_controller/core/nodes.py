@@ -118,6 +118,13 @@ def affinity_matches(terms: tuple[NodeSelectorTerm, ...] | None, node: Node) -> 
     return any(_term_matches(term, node) for term in terms)
 
 
+def may_select(node: Node, template: PodTemplate) -> bool:
+    """Whether the pod's own nodeSelector and required affinity allow ``node``."""
+    return selector_matches(template.node_selector, node.labels) and affinity_matches(
+        template.required_affinity, node
+    )
+
+
 # What a pod asks for itself comes first: a node outside its own selector is
 # reported as such, and the other reasons speak only of nodes it asked for.
 SELF_IMPOSED = frozenset({"NodeSelector", "NodeAffinity"})

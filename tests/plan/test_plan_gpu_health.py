@@ -22,6 +22,9 @@ def test_unhealthy_gpus_are_skipped_as_the_controller_skips_them() -> None:
     assert decisions["t/mig-seven"]["placement"] == {"gpu-c": 1}
     # The node whose condition says unhealthy without a list is out, and says why.
     assert "GPUUnhealthy all 8 GPUs (1 node)" in decisions["t/whole-node"]["message"]
+    # Partly unhealthy nodes are named where they would have counted.
+    assert decisions["t/mig"]["message"].endswith("; 1 unhealthy GPU not offered (on gpu-c)")
+    assert decisions["t/l4"]["message"].endswith("; 1 unhealthy GPU not offered (on gpu-d)")
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queue_controller.core import Reason, Verdict, schedule
-from queue_controller.core.gpuhealth import all_gpus_unhealthy, lost_capacity
+from queue_controller.core.gpuhealth import all_gpus_unhealthy, lost_capacity, unhealthy_note
 from queue_controller.core.model import GpuHealth, Node, UnhealthyGpu
 from queue_controller.core.nodes import exclusion, usable_allocatable
 from tests.builders import GPU, gang, gpu_node, snapshot, template
@@ -112,6 +112,19 @@ def test_a_gang_that_needs_the_unhealthy_gpu_waits_and_the_message_names_the_nod
     assert decision.verdict is Verdict.PENDING
     assert decision.reason is Reason.NO_NODE_FIT
     assert "GPUUnhealthy" in decision.message
+
+
+def test_a_pending_message_names_partly_unhealthy_nodes_the_gang_could_use() -> None:
+    nodes = [
+        sick(with_count(gpu_node("a", 8), 8), 3, 4),
+        sick(with_count(gpu_node("b", 8, labels={"pool": "other"}), 8), 0),
+        with_count(gpu_node("c", 8), 8),
+    ]
+    wanted = template(8, node_selector={"kubernetes.io/hostname": "a"})
+    result = schedule(snapshot(nodes=nodes, workloads=[gang("g", 1, 8, pod_template=wanted)]))
+    (decision,) = result.decisions
+    assert decision.message.endswith("; 2 unhealthy GPUs not offered (on a)")
+    assert unhealthy_note(nodes, {"cpu": 1000}) == "", "a gang without GPUs lost nothing"
 
 
 @given(
