@@ -85,6 +85,10 @@ class DcgmSource:
                 log.info("every DCGM target answers again")
             self._errors = errors
         self.metrics.dcgm_targets_down.set(len(errors))
+        # Before the first observation of a host, not after: loading replaces its state.
+        for host in sorted({sample.host for sample in result.samples}):
+            if not self.health.loaded(host) and host in nodes:
+                self._load(host, nodes[host])
         self.health.observe(result.samples, now=now)
         self.idle.observe(result.samples, now=now)
         for host in self.health.hosts():
@@ -99,19 +103,29 @@ class DcgmSource:
             except gw.GatewayError as error:
                 log.warning("could not publish the GPU health of node %s: %s", host, error)
 
-    def _report(self, host: str, node: Obj, now: float) -> None:
+    def _annotation(self, host: str, node: Obj) -> nodehealth.HealthAnnotation | None:
         try:
-            annotation = nodehealth.read_annotation(node)
+            return nodehealth.read_annotation(node)
         except InputError as error:
             log.warning("node %s: %s (rewritten)", host, error)
-            annotation = None
-        if not self.health.loaded(host):
-            ours = annotation is not None and annotation.source == self.publisher.source
+            return None
+
+    def _load(self, host: str, node: Obj) -> None:
+        """Faults and acknowledgements that an earlier leader published on the Node."""
+        annotation = self._annotation(host, node)
+        ours = annotation is not None and annotation.source == self.publisher.source
+        try:
             self.health.load(
                 host,
                 known=nodehealth.unhealthy_gpus(annotation) if ours else (),
                 acknowledged=annotation.acknowledgedXids if ours and annotation else {},
             )
+        except InputError as error:
+            log.warning("node %s: %s (not loaded)", host, error)
+            self.health.load(host, known=(), acknowledged={})
+
+    def _report(self, host: str, node: Obj, now: float) -> None:
+        annotation = self._annotation(host, node)
         reset = nodehealth.reset_requested(node, annotation)
         if reset is not None:
             self.health.acknowledge(host)
