@@ -114,6 +114,13 @@ class DcgmSource:
         """Faults and acknowledgements that an earlier leader published on the Node."""
         annotation = self._annotation(host, node)
         ours = annotation is not None and annotation.source == self.publisher.source
+        if annotation is not None and not ours:
+            log.warning(
+                "node %s: its GPU health was published by %s; DCGM now overwrites it "
+                "(run the node agent or DCGM ingestion, not both)",
+                host,
+                annotation.source,
+            )
         try:
             self.health.load(
                 host,
