@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from queue_controller.errors import InputError
+from queue_controller.envsettings import load_settings
 from queue_controller.gpuhealth.readings import Limits
 from queue_controller.gpuhealth.tracker import APPLICATION_XIDS
 
@@ -83,18 +83,4 @@ class AgentSettings(BaseSettings):
 def load(**flags: object) -> AgentSettings:
     """Settings from the flags given over ``QC_AGENT_*`` variables; an unknown
     ``QC_AGENT_*`` variable is a typo and stops start-up like a bad value."""
-    known = {f"{PREFIX}{name.upper()}" for name in AgentSettings.model_fields}
-    unknown = sorted(v for v in os.environ if v.startswith(PREFIX) and v not in known)
-    if unknown:
-        raise InputError(
-            f"not a setting (known: {', '.join(sorted(known))})", where="settings", field=unknown[0]
-        )
-    given = {name: value for name, value in flags.items() if value is not None}
-    try:
-        return AgentSettings(**given)  # type: ignore[arg-type]
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "settings"
-        env = f" ({PREFIX}{field.upper()})" if field != "settings" else ""
-        detail = first["msg"].removeprefix("Value error, ")
-        raise InputError(detail, where="settings", field=f"{field}{env}") from None
+    return load_settings(AgentSettings, prefix=PREFIX, flags=flags)

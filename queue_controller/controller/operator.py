@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import kopf
-from kubernetes import client, config
+from kubernetes import client
 
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.dcgmsource import DcgmSource
@@ -33,6 +33,7 @@ from queue_controller.errors import QueueControllerError
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker
 from queue_controller.journal import Journal
+from queue_controller.kube import credentials
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.healthwriter import NodeHealthPublisher
 from queue_controller.localcluster.pki import ServingCertificate, serving_certificate
@@ -48,16 +49,9 @@ class StartupError(QueueControllerError):
 def connect(settings: Settings) -> client.ApiClient:
     """Load credentials into the client's default configuration (kopf logs in from it too)."""
     try:
-        if settings.kubeconfig is not None:
-            config.load_kube_config(config_file=str(settings.kubeconfig))  # type: ignore[no-untyped-call]
-        else:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
-    except (config.ConfigException, OSError) as error:
-        raise StartupError(f"no usable cluster credentials: {error}") from None
-    return client.ApiClient()
+        return credentials.api_client(settings.kubeconfig)
+    except credentials.CredentialsError as error:
+        raise StartupError(str(error)) from None
 
 
 def _certificate(settings: Settings, scratch: Path) -> ServingCertificate | None:

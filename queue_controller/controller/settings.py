@@ -11,9 +11,10 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from queue_controller.envsettings import load_settings
 from queue_controller.errors import InputError
 from queue_controller.journal import DEFAULT_URL
 from queue_controller.journal.database import parse_url
@@ -137,18 +138,4 @@ def load(**flags: object) -> Settings:
     A ``QC_*`` variable that is no setting is a typo that would otherwise be
     ignored without a word; it stops start-up like any other bad setting.
     """
-    known = {f"QC_{name.upper()}" for name in Settings.model_fields}
-    unknown = sorted(v for v in os.environ if v.startswith("QC_") and v not in known)
-    if unknown:
-        raise InputError(
-            f"not a setting (known: {', '.join(sorted(known))})", where="settings", field=unknown[0]
-        )
-    given = {name: value for name, value in flags.items() if value is not None}
-    try:
-        return Settings(**given)  # type: ignore[arg-type]
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "settings"
-        env = f" (QC_{field.upper()})" if field != "settings" else ""
-        detail = first["msg"].removeprefix("Value error, ")
-        raise InputError(detail, where="settings", field=f"{field}{env}") from None
+    return load_settings(Settings, prefix="QC_", flags=flags)
