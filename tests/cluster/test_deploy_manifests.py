@@ -1,4 +1,4 @@
-"""deploy/manifests/queue-controller.yaml and the chart's RBAC before a real API server.
+"""deploy/manifests/queue-controller.yaml (and node-agent.yaml) and the chart's RBAC before a real API server.
 
 The manifests are checked with a server-side dry run (after their CRDs and namespace are
 made for real), so nothing that would change other tests' cluster, such as a webhook
@@ -61,7 +61,7 @@ def system_namespace(cluster: Cluster) -> Iterator[list[Doc]]:
         run_kubectl(cluster, "delete", "namespace", SYSTEM, "--wait=false")
 
 
-def test_manifests_pass_a_server_side_dry_run(
+def test_manifests_and_the_node_agent_pass_a_server_side_dry_run(
     cluster: Cluster, system_namespace: list[Doc]
 ) -> None:
     docs = system_namespace
@@ -75,6 +75,18 @@ def test_manifests_pass_a_server_side_dry_run(
     assert len(result.stdout.splitlines()) == len(docs), result.stdout
     assert "serverside-applied (server dry run)" in result.stdout
     assert "PodSecurity" not in result.stderr, result.stderr
+    # The node agent's DaemonSet, RBAC and account go into the same namespace.
+    agent = MANIFESTS.with_name("node-agent.yaml")
+    agent_docs = [d for d in yaml.safe_load_all(agent.read_text()) if d]
+    assert sorted(d["kind"] for d in agent_docs) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+        "ServiceAccount",
+    ]
+    result = run_kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-f", str(agent))
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == len(agent_docs), result.stdout
 
 
 @pytest.fixture
