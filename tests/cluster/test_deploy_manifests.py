@@ -1,4 +1,4 @@
-"""deploy/manifests/queue-controller.yaml (and node-agent.yaml) and the chart's RBAC before a real API server.
+"""deploy/manifests/ (controller and node agent) and the chart's RBAC, before a real API server.
 
 The manifests are checked with a server-side dry run (after their CRDs and namespace are
 made for real), so nothing that would change other tests' cluster, such as a webhook
