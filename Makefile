@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim \
+.PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim bench-gpu \
         clean help \
         cluster-build cluster-up cluster-down cluster-status
 
@@ -71,6 +71,9 @@ bench: $(STAMP)  ## Admission-cycle benchmark (fast engine against the naive one
 
 bench-sim: $(STAMP)  ## Simulator benchmark: bundled 5,000 jobs, and 20,000 jobs on 500 nodes
 	$(BIN)/python -m tests.bench.bench_simulate
+
+bench-gpu: $(STAMP)  ## GPU health benchmark: one DCGM read for 100 to 5,000 nodes, admission with faults
+	$(BIN)/python -m tests.bench.bench_gpuhealth
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

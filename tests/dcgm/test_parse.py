@@ -147,10 +147,16 @@ def test_the_highest_xid_wins_among_series_of_one_gpu() -> None:
     assert parse(text, source=SOURCE).samples[0].xid == 79
 
 
-def test_a_gpu_is_known_from_any_dcgm_family() -> None:
-    # The exporter's field list may leave out every field read here.
+def test_families_not_read_are_skipped_before_parsing() -> None:
+    # Some 40 families a GPU, of which three are read: the rest are never parsed,
+    # even when a line of theirs would not parse.
     text = series("DCGM_FI_DEV_GPU_TEMP", "40", Hostname="n", gpu="5", UUID="GPU-x")
-    assert parse(text, source=SOURCE).samples == [GpuSample(host="n", gpu=5, uuid="GPU-x")]
+    text += 'DCGM_FI_DEV_POWER_USAGE{gpu="5" 1\n'
+    assert parse(text, source=SOURCE).samples == []
+    text += series("DCGM_FI_DEV_FB_USED", "100", Hostname="n", gpu="5", UUID="GPU-x")
+    assert parse(text, source=SOURCE).samples == [
+        GpuSample(host="n", gpu=5, uuid="GPU-x", fb_used_mib=100.0)
+    ]
 
 
 @pytest.mark.parametrize(
