@@ -142,18 +142,20 @@ def test_a_gpu_fault_from_dcgm_evicts_the_gang_on_it_and_admission_avoids_it_unt
     assert "XidCriticalError" in described
 
     # 2. The gang on it is evicted whole, with the reason, and requeued.
-    evicted = eventually(
-        lambda: (
-            (g := objects.pod_group("first"))
-            and any(
-                c["type"] == "Evicted" and c["reason"] == "GPUUnhealthy"
-                for c in g.get("status", {}).get("conditions", [])
-            )
-            and g
-        ),
-        what="the gang evicted with GPUUnhealthy",
-    )
-    assert "GPU 3" in evicted["status"]["message"]
+    def evicted_condition() -> dict[str, Any] | None:
+        group = objects.pod_group("first") or {}
+        return next(
+            (
+                c
+                for c in group.get("status", {}).get("conditions", [])
+                if c["type"] == "Evicted" and c["reason"] == "GPUUnhealthy"
+            ),
+            None,
+        )
+
+    # The condition, not status.message: once requeued, that says when it is due again.
+    evicted = eventually(evicted_condition, what="the gang evicted with GPUUnhealthy")
+    assert f"GPU 3 (GPU-{sick}-3) has XID 79" in evicted["message"]
     eventually(
         lambda: (
             {"Evicted", "Requeued"}
@@ -307,8 +309,12 @@ def test_a_gang_whose_gpus_idle_is_flagged_and_evicted_only_where_the_queue_opts
         {"spec": {"gpuHealth": {"evictIdle": True}}},
     )
     dcgm.body = exposition({}, {(namespace, pod.metadata.name): 0.01})
+    # The event, not status.reason: the gang is requeued within a second or two.
     eventually(
-        lambda: (g := objects.pod_group("quiet")) and g.get("status", {}).get("reason") == "Idle",
+        lambda: any(
+            e.reason == "Evicted" and e.message.startswith("Idle:")
+            for e in cluster.core.list_namespaced_event(namespace).items
+        ),
         what="the idle gang evicted",
     )
 
