@@ -194,10 +194,15 @@ class Planner:
         *,
         now: float,
         idle: Mapping[str, float] | None = None,
+        health: Mapping[str, tuple[GpuHealth, float]] | None = None,
+        all_gangs: list[Gang] | None = None,
     ) -> list[act.Action]:
+        """``health`` and ``all_gangs`` are derived from ``state`` unless the caller has them."""
         decisions = {d.workload: d for d in result.decisions}
-        all_gangs = gangs(state)
-        signals = Signals(gpuwatch.node_health(state.of_kind("Node")), idle or {})
+        all_gangs = gangs(state) if all_gangs is None else all_gangs
+        if health is None:
+            health = gpuwatch.node_health(state.of_kind("Node"))
+        signals = Signals(health, idle or {})
         out: list[act.Action] = []
         for gang in all_gangs:
             out.extend(self._gang(gang, decisions.get(gang.key), now, signals))

@@ -25,7 +25,7 @@ from queue_controller.controller.lifecycle import Gang, Planner, condition, gang
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult, Verdict, schedule
-from queue_controller.core.gpuhealth import GPU_COUNT_LABEL, unhealthy_indices
+from queue_controller.core.gpuhealth import unhealthy_indices
 from queue_controller.core.quantity import parse_milli
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import describe
@@ -41,6 +41,8 @@ class Plan:
     actions: list[act.Action]
     partially_placed: int
     skipped: list[str]
+    unhealthy_gpus: dict[str, int]  # node -> GPUs its health report takes out
+    flagged: Counter[tuple[str, str]]  # (queue, Idle | GPUUnhealthy) -> gangs
 
 
 class SchedulingLoop:
@@ -122,15 +124,27 @@ class SchedulingLoop:
         snapshot = build_snapshot(items, now=now, skip=skip)
         result = schedule(snapshot)
         all_gangs = gangs(frozen)
+        health = gpuwatch.node_health(frozen.of_kind("Node"))
         idle = self.idle(all_gangs, now) if self.idle is not None else None
-        actions = self.planner.plan(frozen, result, now=now, idle=idle)
+        actions = self.planner.plan(
+            frozen, result, now=now, idle=idle, health=health, all_gangs=all_gangs
+        )
         partial = 0
+        flagged: Counter[tuple[str, str]] = Counter()
         for gang in all_gangs:
             if gang.phase in ("Admitted", "Running") and gang.group is not None:
                 placed = sum(1 for p in gang.live_pods if pod_node(p) and not gated(p))
                 if 0 < placed < int(gang.group.get("spec", {}).get("minMember", 0)):
                     partial += 1
-        return Plan(result, actions, partial, skipped)
+                for kind in ("Idle", "GPUUnhealthy"):
+                    found = condition(gang.group, kind)
+                    if found is not None and found.get("status") == "True":
+                        flagged[(gang.queue_key, kind)] += 1
+        unhealthy = {
+            node: (report.gpu_count or 0) if report.whole_node else len(unhealthy_indices(report))
+            for node, (report, _) in health.items()
+        }
+        return Plan(result, actions, partial, skipped, unhealthy, flagged)
 
     def _budgeted(self, actions: list[act.Action]) -> list[act.Action]:
         """Pending-reason writes beyond the budget wait for a later cycle; reason changes first."""
@@ -165,20 +179,4 @@ class SchedulingLoop:
                     plan.result.quota_usage.get(name, {}).get(resource, 0) / 1000
                 )
         self.metrics.set_quota(used, nominal)
-        self._gpu_gauges()
-
-    def _gpu_gauges(self) -> None:
-        unhealthy: dict[str, int] = {}
-        for node, (report, _) in gpuwatch.node_health(self.state.of_kind("Node")).items():
-            labels = (self.state.get("Node", "", node) or {}).get("metadata", {}).get("labels", {})
-            count = report.gpu_count or int(labels.get(GPU_COUNT_LABEL, "0") or 0)
-            unhealthy[node] = count if report.whole_node else len(unhealthy_indices(report))
-        flagged: Counter[tuple[str, str]] = Counter()
-        for gang in gangs(self.state):
-            if gang.group is None or gang.phase not in ("Admitted", "Running"):
-                continue
-            for kind in ("Idle", "GPUUnhealthy"):
-                found = condition(gang.group, kind)
-                if found is not None and found.get("status") == "True":
-                    flagged[(gang.queue_key, kind)] += 1
-        self.metrics.set_gpu_signals(unhealthy, flagged)
+        self.metrics.set_gpu_signals(plan.unhealthy_gpus, plan.flagged)

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from queue_controller.core.gpuhealth import GPU_COUNT_LABEL
 from queue_controller.core.model import GpuHealth, UnhealthyGpu
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import Obj, get, objects, strings
@@ -138,7 +139,9 @@ def gpu_health(node: Obj) -> GpuHealth | None:
             unhealthy=tuple(_gpu(e) for e in annotation.unhealthy), gpu_count=annotation.gpus
         )
     if status == "False":
-        return GpuHealth(whole_node=True, gpu_count=annotation.gpus if annotation else None)
+        label = strings(node, "metadata.labels").get(GPU_COUNT_LABEL, "")
+        count = annotation.gpus if annotation else (int(label) if label.isdigit() else None)
+        return GpuHealth(whole_node=True, gpu_count=count)
     return None
 
 
