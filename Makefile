@@ -84,7 +84,7 @@ clean:
 manifests: cluster-build  ## Render deploy/manifests/{queue-controller,node-agent}.yaml from the Helm chart
 	deploy/manifests/render.sh > deploy/manifests/queue-controller.yaml.tmp
 	mv deploy/manifests/queue-controller.yaml.tmp deploy/manifests/queue-controller.yaml
-	deploy/manifests/render-node-agent.sh > deploy/manifests/node-agent.yaml.tmp
+	deploy/manifests/render.sh node-agent > deploy/manifests/node-agent.yaml.tmp
 	mv deploy/manifests/node-agent.yaml.tmp deploy/manifests/node-agent.yaml
 
 # The chart's unit tests (tests/deploy/) run helm, so `unit` builds it first (a no-op

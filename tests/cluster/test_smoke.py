@@ -8,29 +8,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from queue_controller import nodepools
 from tests.cluster.conftest import DEPLOY, ROOT, Cluster
+from tests.cluster.workloads import eventually
 
 pytestmark = pytest.mark.cluster
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], *, timeout: float = 60, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
 
 
 def gpu_job(

@@ -20,7 +20,7 @@ GROUP, VERSION = "queue-controller.io", "v1alpha1"
 GPU = "nvidia.com/gpu"
 
 
-def eventually(probe: Callable[[], T | None], *, timeout: float = 45, what: str = "") -> T:
+def eventually(probe: Callable[[], T | None], *, timeout: float = 60, what: str = "") -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = probe()

@@ -25,7 +25,7 @@ from tests.deploy.chart import (
 
 ON = "nodeAgent.enabled=true"
 NAME = "queue-controller-node-agent"
-RENDER = ROOT / "deploy" / "manifests" / "render-node-agent.sh"
+RENDER = ROOT / "deploy" / "manifests" / "render.sh"
 MANIFEST = ROOT / "deploy" / "manifests" / "node-agent.yaml"
 # Set by the chart beside the agent's own settings, each for a reason given in the template.
 NOT_SETTINGS = {"NODE_NAME", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
@@ -219,11 +219,11 @@ def test_every_agent_rbac_rule_says_why() -> None:
 def test_committed_node_agent_manifest_is_a_fresh_render() -> None:
     helm("version")  # fails the test, naming make cluster-build, when helm is not built
     fresh = subprocess.run(
-        [str(RENDER)], capture_output=True, text=True, check=True, timeout=120
+        [str(RENDER), "node-agent"], capture_output=True, text=True, check=True, timeout=120
     ).stdout
     assert MANIFEST.read_text() == fresh, (
         "deploy/manifests/node-agent.yaml is stale: "
-        "deploy/manifests/render-node-agent.sh > deploy/manifests/node-agent.yaml"
+        "deploy/manifests/render.sh node-agent > deploy/manifests/node-agent.yaml"
     )
     docs = [d for d in yaml.safe_load_all(fresh) if d]
     assert sorted(d["kind"] for d in docs) == sorted(d["kind"] for d in agent_docs())
