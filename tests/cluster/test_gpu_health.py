@@ -189,7 +189,11 @@ def test_a_gpu_fault_from_dcgm_evicts_the_gang_on_it_and_admission_avoids_it_unt
         what="the second gang pending",
     )
     assert f"Insufficient {MIG}" in waiting["status"]["message"]
-    assert controller.metric("queue_controller_unhealthy_gpus", node=sick) == 1
+    # Gauges describe the state a cycle started from: they may trail by one cycle.
+    eventually(
+        lambda: controller.metric("queue_controller_unhealthy_gpus", node=sick) == 1,
+        what="the unhealthy_gpus gauge",
+    )
 
     # 4. plan, over a dump of this moment, decides the same.
     dump = tmp_path / "dump.yaml"
@@ -283,11 +287,14 @@ def test_a_gang_whose_gpus_idle_is_flagged_and_evicted_only_where_the_queue_opts
         ),
         what="the GPUIdle event",
     )
-    assert (
-        controller.metric(
-            "queue_controller_flagged_gangs", queue=f"{namespace}/flag", condition="Idle"
-        )
-        == 1
+    eventually(
+        lambda: (
+            controller.metric(
+                "queue_controller_flagged_gangs", queue=f"{namespace}/flag", condition="Idle"
+            )
+            == 1
+        ),
+        what="the flagged_gangs gauge (it trails the condition by up to one cycle)",
     )
     assert objects.phase("quiet", "Running"), "flagging alone leaves the gang running"
 
