@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from queue_controller.core import (
     Decision,
@@ -15,7 +15,8 @@ from queue_controller.core.ordering import PriorityTable
 from queue_controller.core.requests import InvalidSpecError
 from queue_controller.core.requeue import pods_ready_timeout, requeue
 from queue_controller.sim.admission import Admission
-from queue_controller.sim.cluster import ForeignPods, NodeBook, PodScheduler, QueuedPod
+from queue_controller.sim.binding import Binding
+from queue_controller.sim.cluster import ForeignPods, NodeBook, PodScheduler
 from queue_controller.sim.events import STRANDED_SAMPLE_SECONDS, Event, Kind
 from queue_controller.sim.faults import FaultPlan, ForeignPod, uniform
 from queue_controller.sim.measure import Meters
@@ -30,13 +31,12 @@ if TYPE_CHECKING:
 
 Record = Callable[["Entry"], None]
 Progress = Callable[[str, float], None]
-_Owner = tuple[JobState, int, int]  # a queued pod's job, its index, and its bind tries
 MEMBERS_LOST = "MembersLost"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 GIVE_UP_SECONDS = 30 * 86400.0
 
 
-class PolicyRun:
+class PolicyRun(Binding):
     def __init__(
         self,
         name: str,
@@ -225,61 +225,6 @@ class PolicyRun:
             default_seconds=DEFAULT_TIMEOUT_SECONDS,
         )
         self.push(self.now + timeout, Kind.TIMEOUT, (job, job.attempt))
-
-    def _bind_delay(self, job: JobState, pod: int) -> float:
-        window = self.policy.bind_delay_seconds
-        return uniform(f"bind:{job.key}:{job.attempt}:{pod}", window.min, window.max)
-
-    def _enqueue(self, data: tuple[JobState, int, int, int]) -> None:
-        job, attempt, pod, tries = data
-        if attempt != job.attempt or job.phase is not Phase.ADMITTED:
-            return
-        self.scheduler.add(
-            QueuedPod(
-                sort_key=(-self.priority.get(job.key, 0), self.now, self.seq),
-                owner=(job, pod, tries),
-                attempt=attempt,
-                template=job.template,
-                request=job.request,
-                shape=job.shape,
-            )
-        )
-        self.scheduler.fresh.add(job.shape)
-        self._wake()
-
-    def _stale(self, pod: QueuedPod) -> bool:
-        job: JobState = pod.owner[0]
-        return pod.attempt != job.attempt or job.phase is not Phase.ADMITTED
-
-    def _bind_queued(self, pod: QueuedPod, node: str) -> bool:
-        job, index, tries = cast(_Owner, pod.owner)
-        if self.plan.bind_fails(job.key, job.attempt, index, tries):
-            return False
-        self._bind(job, node, index)
-        return True
-
-    def _retry(self, pod: QueuedPod) -> None:
-        job, index, tries = cast(_Owner, pod.owner)
-        self.push(
-            self.now + self.plan.bind_retry_seconds,
-            Kind.ENQUEUE,
-            (job, pod.attempt, index, tries + 1),
-        )
-
-    def _bind_planned(self, data: tuple[JobState, int, int, int, str]) -> None:
-        """gang-fit: a member binds to the node the core planned for it, or retries there."""
-        job, attempt, pod, tries, node = data
-        if attempt != job.attempt or job.phase is not Phase.ADMITTED:
-            return
-        if (
-            node in self.book.down
-            or not self.book.fits(node, job.request)
-            or self.plan.bind_fails(job.key, attempt, pod, tries)
-        ):
-            at = self.now + self.plan.bind_retry_seconds
-            self.push(at, Kind.BIND, (job, attempt, pod, tries + 1, node))
-            return
-        self._bind(job, node, pod)
 
     # -- binding, running, finishing -----------------------------------------
 
