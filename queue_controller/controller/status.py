@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
+from queue_controller.kube.fields import iso
+
 Obj = dict[str, Any]
-
-
-def iso(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+__all__ = ["Update", "conditions_with", "iso"]
 
 
 Update = tuple[str, bool, str, str]  # condition type, status, reason, message

@@ -82,6 +82,11 @@ def timestamp(obj: Obj, path: str) -> float | None:
         raise InputError(f"{raw!r} is not an RFC 3339 time", field=path) from None
 
 
+def iso(moment: float) -> str:
+    """Seconds since the epoch as the RFC 3339 UTC time the API writes."""
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def epoch_seconds(moment: datetime) -> float:
     """Kubernetes times are UTC; a time written without a zone is read as UTC."""
     if moment.tzinfo is None:

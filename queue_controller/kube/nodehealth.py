@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from queue_controller.core.gpuhealth import GPU_COUNT_LABEL
 from queue_controller.core.model import GpuHealth, UnhealthyGpu
 from queue_controller.errors import InputError
-from queue_controller.kube.fields import Obj, get, objects, strings
+from queue_controller.kube.fields import Obj, epoch_seconds, get, iso, objects, strings
 
 CONDITION = "GPUHealthy"
 ANNOTATION = "queue-controller.io/gpu-health"
@@ -42,12 +42,8 @@ UNAVAILABLE = "NVMLUnavailable"
 _FIELD = f"metadata.annotations[{ANNOTATION}]"
 
 
-def _iso(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _epoch(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return epoch_seconds(datetime.fromisoformat(text))
 
 
 class _Wire(BaseModel):
@@ -83,8 +79,8 @@ def _entry(gpu: UnhealthyGpu) -> GpuEntry:
         uuid=gpu.uuid,
         reason=gpu.reason,
         xids=list(gpu.xids),
-        since=_iso(gpu.since),
-        lastSeen=_iso(gpu.last_seen or gpu.since),
+        since=iso(gpu.since),
+        lastSeen=iso(gpu.last_seen or gpu.since),
         message=gpu.message,
         migDevices=dict(gpu.mig_devices),
         pods=list(gpu.pods),
@@ -190,7 +186,7 @@ def report_patches(
     annotation = HealthAnnotation(
         source=source,
         gpus=gpus,
-        updated=_iso(now),
+        updated=iso(now),
         unhealthy=[_entry(g) for g in faulty],
         resetSeen=reset_seen,
         acknowledgedXids=dict(acknowledged_xids or {}),
@@ -206,7 +202,7 @@ def report_patches(
                     "status": state,
                     "reason": reason,
                     "message": message[:1024],
-                    "lastHeartbeatTime": _iso(now),
+                    "lastHeartbeatTime": iso(now),
                     "lastTransitionTime": _transition(state, now, previous=condition(node)),
                 }
             ]
@@ -217,8 +213,8 @@ def report_patches(
 
 def _transition(state: str, now: float, *, previous: Mapping[str, Any] | None) -> str:
     if previous is not None and previous.get("status") == state:
-        return str(previous.get("lastTransitionTime") or _iso(now))
-    return _iso(now)
+        return str(previous.get("lastTransitionTime") or iso(now))
+    return iso(now)
 
 
 def has_our_taint(node: Obj) -> bool:
