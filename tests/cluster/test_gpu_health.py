@@ -76,6 +76,19 @@ def exposition(
     return "\n".join(lines) + "\n"
 
 
+def mig_queue(objects: Objects, name: str) -> None:
+    """A Queue on a TeamQuota of 16 ``3g.40gb`` instances: the two nodes' worth."""
+    team = objects.team_quota(0)
+    objects.api.patch_cluster_custom_object(
+        "queue-controller.io",
+        "v1alpha1",
+        "teamquotas",
+        team,
+        {"spec": {"resources": {MIG: {"nominal": 16}}}},
+    )
+    objects.queue(name, team)
+
+
 def mig_job(name: str, *, queue: str) -> dict[str, Any]:
     body = job(name, queue=queue, gpus=8, pods=1, nodes=NODES)
     (container,) = body["spec"]["template"]["spec"]["containers"]
@@ -111,16 +124,7 @@ def test_a_gpu_fault_from_dcgm_evicts_the_gang_on_it_and_admission_avoids_it_unt
     healthy_again: None,
     tmp_path: Path,
 ) -> None:
-    team = objects.team_quota(0)
-    api = objects.api
-    api.patch_cluster_custom_object(
-        "queue-controller.io",
-        "v1alpha1",
-        "teamquotas",
-        team,
-        {"spec": {"resources": {MIG: {"nominal": 16}}}},
-    )
-    objects.queue("train", team)
+    mig_queue(objects, "train")
     create(cluster, namespace, mig_job("first", queue="train"))
     placed = eventually(
         lambda: (c := running_on(cluster, namespace, "first")) and sum(c.values()) == 1 and c,
@@ -253,15 +257,7 @@ def test_a_gang_whose_gpus_idle_is_flagged_and_evicted_only_where_the_queue_opts
     dcgm: FakeDcgmExporter,
     healthy_again: None,
 ) -> None:
-    team = objects.team_quota(0)
-    objects.api.patch_cluster_custom_object(
-        "queue-controller.io",
-        "v1alpha1",
-        "teamquotas",
-        team,
-        {"spec": {"resources": {MIG: {"nominal": 16}}}},
-    )
-    objects.queue("flag", team)
+    mig_queue(objects, "flag")
     create(cluster, namespace, mig_job("quiet", queue="flag"))
     (pod,) = eventually(
         lambda: (
