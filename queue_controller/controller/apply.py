@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 
 from queue_controller.controller import actions as act
 from queue_controller.controller.lifecycle import GATE, HOSTNAME
+from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.controller.status import Update, conditions_with, iso
 from queue_controller.journal import Entry, Journal, JournalEvent
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import timestamp
-from queue_controller.metrics import Metrics
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -25,6 +25,7 @@ from typing import Any
 
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Gang
+from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.errors import InputError
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
@@ -33,7 +34,6 @@ from queue_controller.gpuhealth.scrape import Scrape, scrape
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import nodehealth
 from queue_controller.kube.healthwriter import NodeHealthPublisher
-from queue_controller.metrics import Metrics
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -18,7 +18,7 @@ from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState, key_of
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.jobs import KUEUE_QUEUE_LABEL, QUEUE_LABEL, queue_name
-from queue_controller.localcluster.pki import ServingCertificate
+from queue_controller.tls import ServingCertificate
 
 log = logging.getLogger(__name__)
 WEBHOOK_CONFIGURATION = "queue-controller.io"

@@ -17,8 +17,8 @@ from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.leaderelection import LeaderElection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.settings import Settings
-from queue_controller.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

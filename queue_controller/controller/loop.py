@@ -22,6 +22,7 @@ from queue_controller.controller import gpuwatch
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Gang, Planner, condition, gangs, gated, pod_node
+from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult, Verdict, schedule
@@ -30,7 +31,6 @@ from queue_controller.core.quantity import parse_milli
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import describe
 from queue_controller.kube.snapshot import Located, build_snapshot
-from queue_controller.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from queue_controller.controller.handlers import build_registry
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.loop import SchedulingLoop
+from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health, HealthServer
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
@@ -36,8 +37,7 @@ from queue_controller.journal import Journal
 from queue_controller.kube import credentials
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.healthwriter import NodeHealthPublisher
-from queue_controller.localcluster.pki import ServingCertificate, serving_certificate
-from queue_controller.metrics import Metrics
+from queue_controller.tls import ServingCertificate, serving_certificate
 
 log = logging.getLogger(__name__)
 

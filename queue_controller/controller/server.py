@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from queue_controller.metrics import Metrics
+from queue_controller.controller.metrics import Metrics
 
 
 @dataclass

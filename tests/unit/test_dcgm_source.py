@@ -14,6 +14,7 @@ import pytest
 
 from queue_controller.controller.dcgmsource import DcgmSource
 from queue_controller.controller.lifecycle import Gang
+from queue_controller.controller.metrics import Metrics
 from queue_controller.gpuhealth.dcgm import GpuSample
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker
@@ -21,7 +22,6 @@ from queue_controller.gpuhealth.scrape import Scrape
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import nodehealth
 from queue_controller.kube.healthwriter import NodeHealthPublisher
-from queue_controller.metrics import Metrics
 
 T0 = 1_800_000_000.0
 
