@@ -18,6 +18,7 @@ from queue_controller.core import (
     Toleration,
     Workload,
     WorkloadPhase,
+    one_pod_set,
 )
 from queue_controller.core.model import NodeSelectorTerm
 from queue_controller.core.quantity import parse_milli
@@ -89,9 +90,11 @@ def gang(
         namespace=namespace,
         name=name,
         queue=queue,
-        template=pod_template or template(gpus),
-        gang_size=members,
-        pod_count=members if pod_count is None else pod_count,
+        pod_sets=one_pod_set(
+            pod_template or template(gpus),
+            count=members if pod_count is None else pod_count,
+            min_count=members,
+        ),
         phase=phase,
         created=created,
         **kwargs,  # type: ignore[arg-type]

@@ -56,6 +56,7 @@ class ObjectMeta(BaseModel):
     name: str = Field(min_length=1)
     namespace: str = ""
     uid: str = ""
+    resourceVersion: str = ""
     creationTimestamp: datetime | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -184,8 +185,18 @@ class PodGroupStatus(BaseModel):
     phase: PodGroupPhase = PodGroupPhase.PENDING
     conditions: list[Condition] = Field(default_factory=list)
     placement: dict[str, NonNegative] = Field(default_factory=dict)
+    # The same plan pod set by pod set, for a gang of more than one pod set.
+    podSetPlacement: dict[str, dict[str, NonNegative]] = Field(default_factory=dict)
+    running: NonNegative = 0
     requeueCount: NonNegative = 0
     requeueAt: datetime | None = None
+    admittedAt: datetime | None = None
+    runningAt: datetime | None = None
+    reason: str = ""
+    message: str = ""
+
+    def condition(self, kind: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
 
 
 class PodGroup(_Strict):

@@ -1,7 +1,10 @@
 """What the planner asks the applier to do, one value per write.
 
-Each action is computed from the objects as last seen and carries them, so
-the applier can make its write conditional on their ``resourceVersion``.
+Actions carry typed views and :class:`Ref` values, never raw objects: the
+applier makes each write conditional on the ``resourceVersion`` the decision
+was computed from (or on the version its own earlier write in the same
+cycle produced), so a change made by someone else in between fails the write
+with a Conflict instead of being overwritten.
 """
 
 from __future__ import annotations
@@ -10,126 +13,150 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from queue_controller.api.v1alpha1 import PodGroup
 from queue_controller.core.requeue import Requeue
+from queue_controller.kube.views import MemberPod, Ref, Write
 
 Obj = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subject:
+    """The gang an action is about: for events, the journal and metrics."""
+
+    kind: str  # the workload kind (Job, Pod)
+    namespace: str
+    name: str
+    uid: str
+    queue: str  # namespace/name of its Queue
+    about: tuple[Ref, ...]  # where its events are posted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAction:
+    """An action on a gang that has a PodGroup."""
+
+    subject: Subject
+    group: PodGroup
+    group_ref: Ref
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CreatePodGroup:
-    job: Obj
+    subject: Subject
     body: Obj
 
 
-@dataclass(frozen=True, slots=True)
-class SuspendUnadmitted:
-    """A queued Job runs without an admission: suspend it and remove its pods."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldUnadmitted:
+    """A queued gang runs without an admission: hold it again (its kind says how)."""
 
-    job: Obj
-    pods: tuple[Obj, ...]
+    subject: Subject
+    writes: tuple[Write, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Admit:
-    job: Obj
-    group_name: str
-    queue: str
+    subject: Subject
+    group: PodGroup | None  # None: the PodGroup is created in this cycle
+    group_ref: Ref
     placement: Mapping[str, int]
+    pod_set_placement: Mapping[str, Mapping[str, int]]
     message: str
-    created: float  # the Job's creation, for the wait-time histogram
+    created: float  # the gang's creation, for the wait-time histogram
+    release: tuple[Write, ...]  # the kind's writes that let its members be created
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeAdmission:
-    """The PodGroup says Admitted but the Job is still suspended (a restart came between)."""
+    """The PodGroup says Admitted but the gang is still held (a restart came between)."""
 
-    job: Obj
+    subject: Subject
+    release: tuple[Write, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BindMember:
     """Give a gated member pod its planned node and let kube-scheduler have it."""
 
-    pod: Obj
+    pod: MemberPod
     node: str | None  # None: a pod beyond the gang, scheduled wherever it fits
 
 
-@dataclass(frozen=True, slots=True)
-class MarkRunning:
-    job: Obj
-    group: Obj
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkRunning(GroupAction):
     running: int
 
 
-@dataclass(frozen=True, slots=True)
-class MarkMembersLost:
-    job: Obj
-    group: Obj
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkMembersLost(GroupAction):
     running: int
 
 
-@dataclass(frozen=True, slots=True)
-class Evict:
-    job: Obj
-    group: Obj
-    pods: tuple[Obj, ...]
-    queue: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evict(GroupAction):
+    pods: tuple[MemberPod, ...]
+    hold: tuple[Write, ...]  # the kind's writes that take the gang back
     reason: str  # PodsReadyTimeout | MembersLost | JobSuspended | GPUUnhealthy | Idle
     message: str
     requeue: Requeue
     partial_since: float | None  # when partial placement began, for its histogram
 
 
-@dataclass(frozen=True, slots=True)
-class SetCondition:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetCondition(GroupAction):
     """Flag an admitted gang without evicting it (GPUUnhealthy under Mark, Idle)."""
 
-    job: Obj
-    group: Obj
-    kind: str  # the condition type
+    condition: str  # the condition type
     status: bool
     reason: str
     message: str
     warning: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class FinishEviction:
-    """Keep suspending and deleting until an evicted gang holds nothing."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishEviction(GroupAction):
+    """Keep holding and deleting until an evicted gang holds nothing."""
 
-    job: Obj
-    group: Obj
-    pods: tuple[Obj, ...]
-    requeued: bool  # the Job is suspended and no pod remains: requeued now
+    pods: tuple[MemberPod, ...]
+    hold: tuple[Write, ...]
+    requeued: bool  # the gang is held and no pod remains: requeued now
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MarkPending:
-    job: Obj
-    group: Obj
-    queue: str
+    subject: Subject
+    group: PodGroup | None
+    group_ref: Ref
     verdict: str  # Pending | Invalid
     reason: str
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class MarkFinished:
-    job: Obj
-    group: Obj
-    queue: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkFinished(GroupAction):
     succeeded: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteOrphan:
+    """A PodGroup the controller made whose gang is gone for good."""
+
+    group_ref: Ref
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueStatus:
-    queue: Obj
+    queue: Ref
+    current: Mapping[str, object]
     counts: Mapping[str, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TeamQuotaStatus:
-    quota: Obj
+    quota: Ref
+    current: Mapping[str, object]
     used: Mapping[str, str]
     borrowed: Mapping[str, str]
     counts: Mapping[str, int] = field(default_factory=dict)
@@ -137,7 +164,7 @@ class TeamQuotaStatus:
 
 Action = (
     CreatePodGroup
-    | SuspendUnadmitted
+    | HoldUnadmitted
     | Admit
     | ResumeAdmission
     | BindMember
@@ -148,6 +175,7 @@ Action = (
     | FinishEviction
     | MarkPending
     | MarkFinished
+    | DeleteOrphan
     | QueueStatus
     | TeamQuotaStatus
 )

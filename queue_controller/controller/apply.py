@@ -1,12 +1,17 @@
 """Carry out the planner's actions through the gateway.
 
 Order within an admission matters for restarts: the PodGroup status
-(``Admitted`` with its placement) is written first, then the Job is gated and
-unsuspended.  A crash between the two leaves a PodGroup that says Admitted on
-a suspended Job, which the next cycle resumes; it can never leave a running
-Job that no PodGroup accounts for.  Every successful write is *assumed* into
-the state at once, so the next cycle sees it even before its watch event;
-a failed write is simply forgotten and recomputed next cycle.
+(``Admitted`` with its placement) is written first, then the gang's kind
+releases it.  A crash between the two leaves a PodGroup that says Admitted on
+a held gang, which the next cycle resumes; it can never leave a running gang
+that no PodGroup accounts for.
+
+Every write is conditional on the ``resourceVersion`` the decision was made
+from.  Every successful write is *assumed*: the object it returns goes into
+the state at once, so the next cycle sees it even before its watch event, and
+a later write to the same object in this cycle is conditional on the version
+this one produced.  A failed write is simply forgotten and recomputed next
+cycle (Kueue's assume, then forget).
 """
 
 from __future__ import annotations
@@ -18,23 +23,21 @@ from datetime import UTC, datetime
 from functools import singledispatchmethod
 from typing import Any, TypeVar
 
+from queue_controller.api.v1alpha1 import PodGroup
 from queue_controller.controller import actions as act
-from queue_controller.controller.lifecycle import GATE, HOSTNAME
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.controller.status import Update, conditions_with, iso
 from queue_controller.journal import Entry, Journal, JournalEvent
 from queue_controller.kube import gateway as gw
-from queue_controller.kube.fields import timestamp
+from queue_controller.kube.fields import epoch_seconds
+from queue_controller.kube.objects import pod_group
+from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL
+from queue_controller.kube.views import Delete, Patch, Ref, Write
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 T = TypeVar("T")
-
-
-def _meta(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace", ""), meta["name"], meta.get("resourceVersion")
 
 
 class Applier:
@@ -52,9 +55,12 @@ class Applier:
         self.journal = journal
         self.metrics = metrics
         self.clock = clock
+        # (kind, namespace, name) -> the version our own write in this cycle produced.
+        self._written: dict[tuple[str, str, str], str | None] = {}
 
     async def apply_all(self, actions: list[act.Action]) -> int:
         """Apply in order; a failed action is logged and skipped.  Returns how many failed."""
+        self._written.clear()
         failed = 0
         for action in actions:
             try:
@@ -72,40 +78,62 @@ class Applier:
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(function, *args, **kwargs)
 
-    async def _patch(
-        self, kind: gw.Kind, obj: Mapping[str, Any], patch: Obj, *, status: bool = False
-    ) -> Obj:
-        namespace, name, version = _meta(obj)
-        updated = await self._call(
-            self.gateway.patch,
-            kind,
-            namespace,
-            name,
-            patch,
-            resource_version=version,
-            subresource="status" if status else "",
+    def _version(self, ref: Ref) -> str | None:
+        """The version to write against: ours if we wrote it this cycle, else the ref's."""
+        key = (ref.resource.kind, ref.namespace, ref.name)
+        return self._written.get(key, ref.resource_version)
+
+    def _assume(self, updated: Obj) -> None:
+        """Hold what a write returned, and write against its version from now on."""
+        meta = updated.get("metadata") or {}
+        kind = str(updated.get("kind", ""))
+        self._written[(kind, meta.get("namespace") or "", meta.get("name", ""))] = meta.get(
+            "resourceVersion"
         )
         self.state.upsert(updated)
+
+    async def _patch(self, ref: Ref, patch: Obj, *, status: bool = False) -> Obj:
+        updated = await self._call(
+            self.gateway.patch,
+            ref.resource,
+            ref.namespace,
+            ref.name,
+            patch,
+            resource_version=self._version(ref),
+            subresource="status" if status else "",
+        )
+        updated.setdefault("kind", ref.resource.kind)
+        updated.setdefault("apiVersion", ref.resource.api_version)
+        self._assume(updated)
         return updated
 
-    def _latest(self, kind: str, obj: Mapping[str, Any]) -> Obj | None:
-        namespace, name, _ = _meta(obj)
-        return self.state.get(kind, namespace, name)
+    async def _delete(self, ref: Ref) -> None:
+        await self._call(self.gateway.delete, ref.resource, ref.namespace, ref.name)
 
-    async def _event(
-        self, about: Mapping[str, Any], reason: str, message: str, *, warning: bool = False
-    ) -> None:
+    async def _write(self, write: Write) -> None:
+        """A write a workload kind spelled (suspend, release, delete a member)."""
+        if isinstance(write, Patch):
+            await self._patch(write.ref, write.body)
+        elif isinstance(write, Delete):
+            await self._delete(write.ref)
+
+    async def _event(self, about: Ref, reason: str, message: str, *, warning: bool = False) -> None:
         try:
             await self._call(
-                self.gateway.event, about, reason=reason, message=message, warning=warning
+                self.gateway.event, about.about(), reason=reason, message=message, warning=warning
             )
         except gw.GatewayError as error:  # events are best effort
             log.debug("event %s not posted: %s", reason, error)
 
+    async def _events(
+        self, refs: tuple[Ref, ...], reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        for ref in refs:
+            await self._event(ref, reason, message, warning=warning)
+
     def _journal(
         self,
-        job: Mapping[str, Any],
-        queue: str,
+        who: act.Subject,
         event: JournalEvent,
         reason: str,
         message: str = "",
@@ -113,25 +141,23 @@ class Applier:
     ) -> None:
         if self.journal is None:
             return
-        meta = job["metadata"]
         self.journal.record(
             Entry(
                 at=datetime.now(UTC),
-                namespace=meta.get("namespace", ""),
-                name=meta["name"],
-                queue=queue.split("/", 1)[-1],
+                namespace=who.namespace,
+                name=who.name,
+                queue=who.queue.split("/", 1)[-1],
                 event=event,
                 reason=reason,
                 message=message,
-                uid=meta.get("uid", ""),
+                uid=who.uid,
                 **extra,
             )
         )
 
-    async def _delete_pods(self, pods: tuple[Obj, ...]) -> None:
+    async def _delete_pods(self, pods: tuple[Any, ...]) -> None:
         for pod in pods:
-            namespace, name, _ = _meta(pod)
-            await self._call(self.gateway.delete, gw.POD, namespace, name)
+            await self._delete(pod.ref)
 
     # -- actions -------------------------------------------------------------------
 
@@ -140,99 +166,90 @@ class Applier:
         raise NotImplementedError(type(action).__name__)
 
     @apply.register
-    async def _(self, action: act.CreatePodGroup) -> None:
+    async def _create_pod_group(self, action: act.CreatePodGroup) -> None:
         namespace = action.body["metadata"]["namespace"]
         try:
             created = await self._call(self.gateway.create, gw.POD_GROUP, namespace, action.body)
         except gw.Conflict:
-            return  # one of that name exists (an old Job's, about to be collected): next cycle
-        self.state.upsert(created)
+            return  # one of that name exists (an old gang's, about to be collected): next cycle
+        created.setdefault("kind", gw.POD_GROUP.kind)
+        created.setdefault("apiVersion", gw.POD_GROUP.api_version)
+        self._assume(created)
 
     @apply.register
-    async def _(self, action: act.SuspendUnadmitted) -> None:
-        await self._patch(gw.JOB, action.job, {"spec": {"suspend": True}})
-        await self._delete_pods(action.pods)
-        await self._event(
-            action.job,
+    async def _hold_unadmitted(self, action: act.HoldUnadmitted) -> None:
+        for write in action.writes:
+            await self._write(write)
+        await self._events(
+            action.subject.about,
             "Suspended",
-            "the Job started without being admitted by its queue; it is suspended until its "
-            "whole gang fits",
+            f"the {action.subject.kind} started without being admitted by its queue; it is "
+            "held until its whole gang fits",
             warning=True,
         )
 
     @apply.register
-    async def _(self, action: act.Admit) -> None:
-        group = self.state.get(
-            "PodGroup", action.job["metadata"].get("namespace", ""), action.group_name
-        )
-        if group is None:
-            return  # created this cycle and not back yet: admit next cycle
+    async def _admit(self, action: act.Admit) -> None:
+        ref, current = action.group_ref, action.group
+        if current is None:
+            created = _just_created(self.state, ref)
+            if created is None:
+                return
+            current, ref = created
         now = self.clock()
-        status = {
+        status: Obj = {
             "phase": "Admitted",
             "placement": dict(action.placement),
+            "podSetPlacement": {k: dict(v) for k, v in action.pod_set_placement.items()} or None,
             "admittedAt": iso(now),
             "running": 0,
             "reason": "Admitted",
             "message": action.message,
             "conditions": conditions_with(
-                group,
+                current,
                 now,
                 ("Admitted", True, "Admitted", action.message),
                 ("PodsReady", False, "WaitingForPods", "waiting for every member to run"),
             ),
         }
-        group = await self._patch(gw.POD_GROUP, group, {"status": status}, status=True)
-        await self._gate_and_resume(action.job)
+        group = await self._patch(ref, {"status": status}, status=True)
+        for write in action.release:
+            await self._write(write)
         placed = ", ".join(f"{node}: {n}" for node, n in sorted(action.placement.items()))
-        for about in (action.job, group):
-            await self._event(about, "Admitted", f"{action.message} ({placed})")
+        about = (*[r for r in action.subject.about if r.resource.kind != "PodGroup"], ref)
+        await self._events(about, "Admitted", f"{action.message} ({placed})")
         self._journal(
-            action.job,
-            action.queue,
+            action.subject,
             JournalEvent.ADMITTED,
             "Admitted",
             action.message,
             placement=dict(action.placement),
-            requeue_count=int(group.get("status", {}).get("requeueCount", 0)),
+            requeue_count=int((group.get("status") or {}).get("requeueCount", 0)),
         )
-        self.metrics.admitted_gangs.labels(action.queue).inc()
+        self.metrics.admitted_gangs.labels(action.subject.queue).inc()
         self.metrics.admission_wait.observe(max(0.0, now - action.created))
 
-    async def _gate_and_resume(self, job: Obj) -> None:
-        latest = self._latest("Job", job) or job
-        template = latest.get("spec", {}).get("template", {}).get("spec", {})
-        gates = [g for g in template.get("schedulingGates", []) if g.get("name") != GATE]
-        patch = {
-            "spec": {
-                "suspend": False,
-                "template": {"spec": {"schedulingGates": [*gates, {"name": GATE}]}},
-            }
-        }
-        await self._patch(gw.JOB, latest, patch)
+    @apply.register
+    async def _resume_admission(self, action: act.ResumeAdmission) -> None:
+        for write in action.release:
+            await self._write(write)
 
     @apply.register
-    async def _(self, action: act.ResumeAdmission) -> None:
-        await self._gate_and_resume(action.job)
-
-    @apply.register
-    async def _(self, action: act.BindMember) -> None:
-        spec = action.pod.get("spec", {})
+    async def _bind_member(self, action: act.BindMember) -> None:
+        pod = action.pod
         patch: Obj = {
             "spec": {
-                "schedulingGates": [
-                    g for g in spec.get("schedulingGates", []) if g.get("name") != GATE
-                ]
+                "schedulingGates": [g for g in pod.raw_gates if g.get("name") != ADMISSION_GATE]
             }
         }
         if action.node is not None:
             # A gated pod may gain a nodeSelector (KEP-3838): kube-scheduler still
             # checks the node, but can only put the member where the core planned it.
-            patch["spec"]["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME: action.node}
-        await self._patch(gw.POD, action.pod, patch)
+            patch["spec"]["nodeSelector"] = {**pod.node_selector, HOSTNAME_LABEL: action.node}
+        await self._patch(pod.ref, patch)
 
     @apply.register
-    async def _(self, action: act.MarkRunning) -> None:
+    async def _mark_running(self, action: act.MarkRunning) -> None:
         now = self.clock()
         status: Obj = {
             "phase": "Running",
@@ -243,18 +260,18 @@ class Applier:
                 action.group, now, ("PodsReady", True, "PodsReady", "every member runs")
             ),
         }
-        if not action.group.get("status", {}).get("runningAt"):
+        if action.group.status.runningAt is None:
             status["runningAt"] = iso(now)
-            admitted = timestamp(action.group, "status.admittedAt")
+            admitted = action.group.status.admittedAt
             if admitted is not None:
-                self.metrics.partial_placement.observe(max(0.0, now - admitted))
-        group = await self._patch(gw.POD_GROUP, action.group, {"status": status}, status=True)
-        await self._event(group, "PodsReady", f"{action.running} members running")
+                self.metrics.partial_placement.observe(max(0.0, now - epoch_seconds(admitted)))
+        await self._patch(action.group_ref, {"status": status}, status=True)
+        await self._event(action.group_ref, "PodsReady", f"{action.running} members running")
 
     @apply.register
-    async def _(self, action: act.MarkMembersLost) -> None:
+    async def _mark_members_lost(self, action: act.MarkMembersLost) -> None:
         now = self.clock()
-        message = f"only {action.running} of {action.group['spec']['minMember']} members running"
+        message = f"only {action.running} of {action.group.spec.minMember} members running"
         status = {
             "running": action.running,
             "reason": "MembersLost",
@@ -263,11 +280,11 @@ class Applier:
                 action.group, now, ("PodsReady", False, "MembersLost", message)
             ),
         }
-        group = await self._patch(gw.POD_GROUP, action.group, {"status": status}, status=True)
-        await self._event(group, "MembersLost", message, warning=True)
+        await self._patch(action.group_ref, {"status": status}, status=True)
+        await self._event(action.group_ref, "MembersLost", message, warning=True)
 
     @apply.register
-    async def _(self, action: act.Evict) -> None:
+    async def _evict(self, action: act.Evict) -> None:
         now = self.clock()
         requeue = action.requeue
         if requeue.deactivated:
@@ -287,6 +304,7 @@ class Applier:
         status = {
             "phase": "Failed" if requeue.deactivated else "Evicted",
             "placement": None,  # merge patch: remove
+            "podSetPlacement": None,
             "running": 0,
             "requeueCount": requeue.count,
             "requeueAt": None if requeue.deactivated else iso(requeue.at),
@@ -294,76 +312,75 @@ class Applier:
             "message": action.message,
             "conditions": conditions,
         }
-        group = await self._patch(gw.POD_GROUP, action.group, {"status": status}, status=True)
-        await self._patch(
-            gw.JOB, self._latest("Job", action.job) or action.job, {"spec": {"suspend": True}}
-        )
+        # The status first: from here the gang holds no quota, whatever happens next.
+        await self._patch(action.group_ref, {"status": status}, status=True)
+        for write in action.hold:
+            await self._write(write)
         await self._delete_pods(action.pods)
-        for about in (action.job, group):
-            await self._event(about, "Evicted", f"{action.reason}: {action.message}", warning=True)
-            await self._event(
-                about,
-                "Deactivated" if requeue.deactivated else "Requeued",
-                note,
-                warning=requeue.deactivated,
-            )
+        about = action.subject.about
+        await self._events(about, "Evicted", f"{action.reason}: {action.message}", warning=True)
+        await self._events(
+            about,
+            "Deactivated" if requeue.deactivated else "Requeued",
+            note,
+            warning=requeue.deactivated,
+        )
         self._journal(
-            action.job,
-            action.queue,
+            action.subject,
             JournalEvent.EVICTED,
             action.reason,
             action.message,
             requeue_count=requeue.count,
         )
         self._journal(
-            action.job,
-            action.queue,
+            action.subject,
             JournalEvent.DEACTIVATED if requeue.deactivated else JournalEvent.REQUEUED,
             "BackoffLimitExceeded" if requeue.deactivated else "Backoff",
             note,
             requeue_count=requeue.count,
         )
-        self.metrics.evicted_gangs.labels(action.queue, action.reason).inc()
+        queue = action.subject.queue
+        self.metrics.evicted_gangs.labels(queue, action.reason).inc()
         if not requeue.deactivated:
-            self.metrics.requeued_gangs.labels(action.queue).inc()
+            self.metrics.requeued_gangs.labels(queue).inc()
         if action.partial_since is not None:
             self.metrics.partial_placement.observe(max(0.0, now - action.partial_since))
 
     @apply.register
-    async def _(self, action: act.SetCondition) -> None:
-        update = (action.kind, action.status, action.reason, action.message)
+    async def _set_condition(self, action: act.SetCondition) -> None:
+        update = (action.condition, action.status, action.reason, action.message)
         status = {"conditions": conditions_with(action.group, self.clock(), update)}
-        group = await self._patch(gw.POD_GROUP, action.group, {"status": status}, status=True)
-        await self._event(group, action.reason, action.message, warning=action.warning)
-        self._journal(
-            action.job, group["spec"]["queue"], JournalEvent.FLAGGED, action.reason, action.message
-        )
+        await self._patch(action.group_ref, {"status": status}, status=True)
+        await self._event(action.group_ref, action.reason, action.message, warning=action.warning)
+        self._journal(action.subject, JournalEvent.FLAGGED, action.reason, action.message)
 
     @apply.register
-    async def _(self, action: act.FinishEviction) -> None:
-        job = self._latest("Job", action.job) or action.job
-        if not job.get("spec", {}).get("suspend"):
-            await self._patch(gw.JOB, job, {"spec": {"suspend": True}})
+    async def _finish_eviction(self, action: act.FinishEviction) -> None:
+        for write in action.hold:
+            await self._write(write)
         await self._delete_pods(action.pods)
         if action.requeued:
-            status = action.group.get("status", {})
+            due = action.group.status.requeueAt
             message = (
-                f"requeued after eviction; eligible again at {status.get('requeueAt', 'once due')}"
+                "requeued after eviction; eligible again at "
+                f"{iso(epoch_seconds(due)) if due else 'once due'}"
             )
             await self._patch(
-                gw.POD_GROUP,
-                action.group,
+                action.group_ref,
                 {"status": {"phase": "Pending", "reason": "Requeued", "message": message}},
                 status=True,
             )
 
     @apply.register
-    async def _(self, action: act.MarkPending) -> None:
-        group = self._latest("PodGroup", action.group)
+    async def _mark_pending(self, action: act.MarkPending) -> None:
+        ref, group = action.group_ref, action.group
+        previous = group.status.reason if group is not None else ""
         if group is None:
-            return
+            created = _just_created(self.state, ref)
+            if created is None:
+                return
+            group, ref = created
         now = self.clock()
-        previous = group.get("status", {}).get("reason")
         status = {
             "phase": "Pending",
             "reason": action.reason,
@@ -372,69 +389,73 @@ class Applier:
                 group, now, ("Admitted", False, action.reason, action.message)
             ),
         }
-        group = await self._patch(gw.POD_GROUP, group, {"status": status}, status=True)
+        await self._patch(ref, {"status": status}, status=True)
         if previous != action.reason:
             invalid = action.verdict == "Invalid"
-            for about in (action.job, group):
-                await self._event(
-                    about,
-                    "Invalid" if invalid else "Pending",
-                    f"{action.reason}: {action.message}",
-                    warning=invalid,
-                )
+            about = (*[r for r in action.subject.about if r.resource.kind != "PodGroup"], ref)
+            await self._events(
+                about,
+                "Invalid" if invalid else "Pending",
+                f"{action.reason}: {action.message}",
+                warning=invalid,
+            )
             self._journal(
-                action.job,
-                action.queue,
+                action.subject,
                 JournalEvent.INVALID if invalid else JournalEvent.PENDING,
                 action.reason,
                 action.message,
             )
 
     @apply.register
-    async def _(self, action: act.MarkFinished) -> None:
+    async def _mark_finished(self, action: act.MarkFinished) -> None:
         now = self.clock()
         reason = "Succeeded" if action.succeeded else "Failed"
-        message = f"the Job {'completed' if action.succeeded else 'failed'}"
+        message = f"the {action.subject.kind} {'completed' if action.succeeded else 'failed'}"
         status = {
             "phase": "Finished",
             "placement": None,
+            "podSetPlacement": None,
             "running": 0,
             "reason": reason,
             "message": message,
             "conditions": conditions_with(action.group, now, ("Finished", True, reason, message)),
         }
-        group = await self._patch(gw.POD_GROUP, action.group, {"status": status}, status=True)
-        await self._event(group, "Finished", message)
-        self._journal(action.job, action.queue, JournalEvent.FINISHED, reason, message)
+        await self._patch(action.group_ref, {"status": status}, status=True)
+        await self._event(action.group_ref, "Finished", message)
+        self._journal(action.subject, JournalEvent.FINISHED, reason, message)
 
     @apply.register
-    async def _(self, action: act.QueueStatus) -> None:
-        namespace, name, _ = _meta(action.queue)
-        updated = await self._call(
-            self.gateway.patch,
-            gw.QUEUE,
-            namespace,
-            name,
-            {"status": dict(action.counts)},
-            subresource="status",
-        )
-        self.state.upsert(updated)
+    async def _delete_orphan(self, action: act.DeleteOrphan) -> None:
+        log.info("deleting PodGroup %s: %s", action.group_ref.key, action.why)
+        await self._delete(action.group_ref)
 
     @apply.register
-    async def _(self, action: act.TeamQuotaStatus) -> None:
-        current = action.quota.get("status") or {}
-        # A merge patch merges maps: resources that left need an explicit null.
-        used: dict[str, str | None] = dict.fromkeys(current.get("used", {})) | dict(action.used)
-        borrowed: dict[str, str | None] = dict.fromkeys(current.get("borrowed", {})) | dict(
-            action.borrowed
-        )
-        status = {"used": used, "borrowed": borrowed, **action.counts}
-        updated = await self._call(
-            self.gateway.patch,
-            gw.TEAM_QUOTA,
-            "",
-            action.quota["metadata"]["name"],
-            {"status": status},
-            subresource="status",
-        )
-        self.state.upsert(updated)
+    async def _queue_status(self, action: act.QueueStatus) -> None:
+        await self._patch(action.queue, {"status": dict(action.counts)}, status=True)
+
+    @apply.register
+    async def _team_quota_status(self, action: act.TeamQuotaStatus) -> None:
+        current = action.current
+
+        def replacing(key: str, wanted: Mapping[str, str]) -> dict[str, str | None]:
+            # A merge patch merges maps: resources that left need an explicit null.
+            held = current.get(key)
+            gone = dict.fromkeys(held) if isinstance(held, Mapping) else {}
+            return gone | dict(wanted)
+
+        status = {
+            "used": replacing("used", action.used),
+            "borrowed": replacing("borrowed", action.borrowed),
+            **action.counts,
+        }
+        await self._patch(action.quota, {"status": status}, status=True)
+
+
+def _just_created(state: ClusterState, ref: Ref) -> tuple[PodGroup, Ref] | None:
+    """A PodGroup created earlier in this cycle, as its create returned it (assumed)."""
+    held = state.get("PodGroup", ref.namespace, ref.name)
+    if held is None:
+        return None  # the create failed, or has not come back: next cycle
+    model = pod_group(held)
+    version = model.metadata.resourceVersion or None
+    return model, Ref(ref.resource, ref.namespace, ref.name, model.metadata.uid, version)

@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from queue_controller.api.v1alpha1 import PodGroupPhase
 from queue_controller.controller.leader import Leadership
-from queue_controller.controller.lifecycle import Gang
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.errors import InputError
@@ -33,6 +33,7 @@ from queue_controller.gpuhealth.idle import IdleTracker
 from queue_controller.gpuhealth.scrape import Scrape, scrape
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import nodehealth
+from queue_controller.kube.gangs import GangView
 from queue_controller.kube.healthwriter import NodeHealthPublisher
 
 log = logging.getLogger(__name__)
@@ -148,16 +149,13 @@ class DcgmSource:
             acknowledged_xids=self.health.acknowledged(host),
         )
 
-    def idle_gangs(self, gangs: Iterable[Gang], *, now: float) -> dict[str, float]:
+    def idle_gangs(self, gangs: Iterable[GangView], *, now: float) -> dict[str, float]:
         """Running gangs whose every GPU pod has idled for the window: key -> since when."""
         out: dict[str, float] = {}
         for gang in gangs:
-            if gang.phase != "Running":
+            if gang.phase is not PodGroupPhase.RUNNING:
                 continue
-            pods = [
-                f"{p['metadata'].get('namespace', 'default')}/{p['metadata']['name']}"
-                for p in gang.live_pods
-            ]
+            pods = [p.key for p in gang.live_pods]
             since = self.idle.idle_since(pods, now=now)
             if since is not None:
                 out[gang.key] = since

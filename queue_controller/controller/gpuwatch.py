@@ -20,15 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from queue_controller.core.gpuhealth import is_gpu_resource
 from queue_controller.core.model import GpuHealth, UnhealthyGpu
-from queue_controller.errors import InputError
-from queue_controller.kube import nodehealth, objects
-from queue_controller.kube.fields import timestamp
-
-Obj = Mapping[str, Any]
+from queue_controller.kube.views import MemberPod
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,49 +40,20 @@ class Hit:
         return f"member {self.pod} is on node {self.node}, whose GPU {gpu.index}{uuid} has {what}"
 
 
-def node_health(nodes: Iterable[Obj]) -> dict[str, tuple[GpuHealth, float]]:
-    """Node name -> (its GPU health, when its GPUHealthy condition turned False)."""
-    out: dict[str, tuple[GpuHealth, float]] = {}
-    for node in nodes:
-        name = nodehealth.node_name(node)
-        try:
-            health = nodehealth.gpu_health(node)
-        except InputError:
-            continue  # an unreadable report is left out of the snapshot too
-        if health is None:
-            continue
-        state = nodehealth.condition(node) or {}
-        out[name] = (health, timestamp(state, "lastTransitionTime") or 0.0)
-    return out
-
-
-def _uses_gpus(pod: Obj) -> bool:
-    try:
-        spec = objects.pod_template(pod.get("spec") or {})
-        return any(is_gpu_resource(name) for c in spec.containers for name in c.limits) or any(
-            is_gpu_resource(name) for c in spec.containers for name in c.requests
-        )
-    except InputError:
-        return False
-
-
-def hits(pods: Iterable[Obj], health: Mapping[str, tuple[GpuHealth, float]]) -> list[Hit]:
+def hits(pods: Iterable[MemberPod], health: Mapping[str, tuple[GpuHealth, float]]) -> list[Hit]:
     """The live, bound members of one gang that sit on an unhealthy GPU."""
     out = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or node not in health or not _uses_gpus(pod):
+        node = pod.node_name
+        if not node or node not in health or not pod.uses_gpus:
             continue
-        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-        created = timestamp(pod, "metadata.creationTimestamp") or 0.0
         report, turned = health[node]
         if report.whole_node:
-            if created <= turned:
-                out.append(Hit(key, node, None))
+            if pod.created <= turned:
+                out.append(Hit(pod.key, node, None))
             continue
         for gpu in report.unhealthy:
-            if key in gpu.pods or created <= gpu.since:
-                out.append(Hit(key, node, gpu))
+            if pod.key in gpu.pods or pod.created <= gpu.since:
+                out.append(Hit(pod.key, node, gpu))
                 break
     return out

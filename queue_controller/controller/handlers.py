@@ -1,9 +1,11 @@
-"""kopf wiring: thin handlers that feed the state, and the webhook that holds Jobs.
+"""kopf wiring: thin handlers that feed the state, and the webhooks that hold new gangs.
 
 Handlers decide nothing.  ``@kopf.on.event`` stores nothing on the objects
 (no annotations, no finalizers), which matters on Pods and Jobs we do not own.
-The mutating webhook only sets ``spec.suspend: true`` on queued Jobs as they
-are created, so none starts before its gang is admitted.
+What is watched and which webhooks hold what come from the registry of
+workload kinds (kube/kinds): each kind's webhook applies the kind's own hold
+(``spec.suspend`` on a Job, a scheduling gate on a Pod) as the object is
+created, so nothing of a queued gang starts before it is admitted.
 """
 
 from __future__ import annotations
@@ -16,17 +18,12 @@ from kubernetes import client
 
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState, key_of
-from queue_controller.kube import gateway as gw
-from queue_controller.kube.jobs import KUEUE_QUEUE_LABEL, QUEUE_LABEL, queue_name
+from queue_controller.kube import kinds
+from queue_controller.kube.resources import Resource
 from queue_controller.tls import ServingCertificate
 
 log = logging.getLogger(__name__)
 WEBHOOK_CONFIGURATION = "queue-controller.io"
-
-
-def _group_version(kind: gw.Kind) -> tuple[str, str]:
-    group, _, version = kind.api_version.rpartition("/")
-    return group, version
 
 
 def build_registry(
@@ -70,35 +67,43 @@ def build_registry(
             if config.webhook == "local":
                 settings.admission.managed = WEBHOOK_CONFIGURATION
 
-    for kind in gw.WATCHED:
-        _feed(registry, state, kind)
+    for resource in kinds.WATCHED:
+        _feed(registry, state, resource)
 
     if certificate is not None:
-        for label in (QUEUE_LABEL, KUEUE_QUEUE_LABEL):
-
-            @kopf.on.mutate(
-                "batch",
-                "v1",
-                "jobs",
-                operations=["CREATE"],
-                labels={label: kopf.PRESENT},
-                # Outside the cluster, a stopped controller must not block every queued
-                # Job: such Jobs start, and the suspend fallback catches them on restart.
-                # In the cluster the chart registers the webhook with failurePolicy Fail.
-                ignore_failures=config.webhook == "local",
-                id=f"suspend-queued-{label.split('/')[0]}",
-                registry=registry,
-            )
-            def suspend(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-                # Created suspended, a Job creates no pod until the controller admits it.
-                if not (body.get("spec") or {}).get("suspend"):
-                    patch.setdefault("spec", {})["suspend"] = True
+        for kind in kinds.KINDS:
+            _hold(registry, kind.webhook, config)
 
     return registry
 
 
-def _feed(registry: kopf.OperatorRegistry, state: ClusterState, kind: gw.Kind) -> None:
-    group, version = _group_version(kind)
+def _hold(registry: kopf.OperatorRegistry, rule: kinds.WebhookRule, config: Settings) -> None:
+    """The mutating webhook that holds a kind's new objects (a suspend, a scheduling gate)."""
+    resource = rule.resource
+    for label in kinds.QUEUE_LABELS:
+
+        def hold(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+            # Held from creation, nothing of the gang runs until the controller admits it.
+            for key, value in kinds.hold_at_creation(resource, dict(body)).items():
+                patch[key] = value
+
+        kopf.on.mutate(
+            resource.group,
+            resource.version,
+            resource.plural,
+            operations=list(rule.operations),
+            labels={label: kopf.PRESENT},
+            # Outside the cluster, a stopped controller must not block every queued
+            # object: such objects start, and the hold fallback catches them on restart.
+            # In the cluster the chart registers the webhook with failurePolicy Fail.
+            ignore_failures=config.webhook == "local",
+            id=f"hold-{resource.plural}-{label.split('/')[0]}",
+            registry=registry,
+        )(hold)
+
+
+def _feed(registry: kopf.OperatorRegistry, state: ClusterState, kind: Resource) -> None:
+    head = kinds.BY_HEAD.get(kind.kind)
 
     def on_event(event: kopf.RawEvent, **_: Any) -> None:
         obj = dict(event["object"])
@@ -106,12 +111,12 @@ def _feed(registry: kopf.OperatorRegistry, state: ClusterState, kind: gw.Kind) -
         obj.setdefault("apiVersion", kind.api_version)
         if event["type"] == "DELETED":
             state.delete(obj)
-        elif kind is gw.JOB and not queue_name(obj):
+        elif head is not None and not head.is_queued(obj):
             if state.get(*key_of(obj)) is not None:
                 state.delete(obj)  # no longer queued: not ours to hold
         else:
             state.upsert(obj)
 
-    kopf.on.event(group, version, kind.plural, registry=registry, id=f"feed-{kind.plural}")(
-        on_event
-    )
+    kopf.on.event(
+        kind.group, kind.version, kind.plural, registry=registry, id=f"feed-{kind.plural}"
+    )(on_event)

@@ -18,19 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from queue_controller.controller import actions as act
-from queue_controller.controller import gpuwatch
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.leader import Leadership
-from queue_controller.controller.lifecycle import Gang, Planner, condition, gangs, gated, pod_node
+from queue_controller.controller.lifecycle import HOLDING, Planner
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult, Verdict, schedule
 from queue_controller.core.gpuhealth import unhealthy_indices
-from queue_controller.core.quantity import parse_milli
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import describe
-from queue_controller.kube.snapshot import Located, build_snapshot
+from queue_controller.kube.gangs import GangView
+from queue_controller.kube.snapshot import Located, translate
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +42,7 @@ class Plan:
     skipped: list[str]
     unhealthy_gpus: dict[str, int]  # node -> GPUs its health report takes out
     flagged: Counter[tuple[str, str]]  # (queue, Idle | GPUUnhealthy) -> gangs
+    nominal: dict[tuple[str, str], int]  # (TeamQuota, resource) -> nominal, milli-units
 
 
 class SchedulingLoop:
@@ -59,7 +59,7 @@ class SchedulingLoop:
         tick_seconds: float,
         batch_seconds: float,
         status_writes_per_cycle: int,
-        idle: Callable[[list[Gang], float], dict[str, float]] | None = None,
+        idle: Callable[[tuple[GangView, ...], float], dict[str, float]] | None = None,
     ) -> None:
         self.state, self.planner, self.applier = state, planner, applier
         self.leadership, self.metrics, self.health = leadership, metrics, health
@@ -120,31 +120,32 @@ class SchedulingLoop:
         def skip(error: InputError) -> None:
             skipped.append(str(error))
 
-        items = [Located(describe(obj), obj) for obj in frozen.all()]
-        snapshot = build_snapshot(items, now=now, skip=skip)
-        result = schedule(snapshot)
-        all_gangs = gangs(frozen)
-        health = gpuwatch.node_health(frozen.of_kind("Node"))
-        idle = self.idle(all_gangs, now) if self.idle is not None else None
-        actions = self.planner.plan(
-            frozen, result, now=now, idle=idle, health=health, all_gangs=all_gangs
-        )
+        # The one translation of this cycle: everything below reads its views.
+        seen = translate((Located(describe(obj), obj) for obj in frozen.all()), now=now, skip=skip)
+        result = schedule(seen.snapshot)
+        idle = self.idle(seen.gangs, now) if self.idle is not None else None
+        actions = self.planner.plan(seen, result, now=now, idle=idle)
         partial = 0
         flagged: Counter[tuple[str, str]] = Counter()
-        for gang in all_gangs:
-            if gang.phase in ("Admitted", "Running") and gang.group is not None:
-                placed = sum(1 for p in gang.live_pods if pod_node(p) and not gated(p))
-                if 0 < placed < int(gang.group.get("spec", {}).get("minMember", 0)):
+        for gang in seen.gangs:
+            group = gang.group
+            if group is not None and group.phase in HOLDING:
+                placed = sum(1 for p in gang.live_pods if p.node and not p.gated)
+                if 0 < placed < group.min_member:
                     partial += 1
                 for kind in ("Idle", "GPUUnhealthy"):
-                    found = condition(gang.group, kind)
-                    if found is not None and found.get("status") == "True":
+                    if group.condition_is(kind, "True"):
                         flagged[(gang.queue_key, kind)] += 1
         unhealthy = {
             node: (report.gpu_count or 0) if report.whole_node else len(unhealthy_indices(report))
-            for node, (report, _) in health.items()
+            for node, (report, _) in seen.node_health.items()
         }
-        return Plan(result, actions, partial, skipped, unhealthy, flagged)
+        nominal = {
+            (quota.name, resource): limits.nominal
+            for quota in seen.snapshot.quotas
+            for resource, limits in quota.resources.items()
+        }
+        return Plan(result, actions, partial, skipped, unhealthy, flagged, nominal)
 
     def _budgeted(self, actions: list[act.Action]) -> list[act.Action]:
         """Pending-reason writes beyond the budget wait for a later cycle; reason changes first."""
@@ -153,7 +154,7 @@ class SchedulingLoop:
             return actions
 
         def reason_unchanged(a: act.MarkPending) -> bool:
-            return (a.group.get("status") or {}).get("reason") == a.reason
+            return a.group is not None and a.group.status.reason == a.reason
 
         keep = {id(a) for a in sorted(pending, key=reason_unchanged)[: self.status_budget]}
         return [a for a in actions if not isinstance(a, act.MarkPending) or id(a) in keep]
@@ -166,17 +167,11 @@ class SchedulingLoop:
                 pending[(f"{namespace}/{decision.queue}", decision.reason.value)] += 1
         self.metrics.set_pending(pending)
         self.metrics.partially_placed.set(plan.partially_placed)
-        used: dict[tuple[str, str], float] = {}
-        nominal: dict[tuple[str, str], float] = {}
-        for quota in self.state.of_kind("TeamQuota"):
-            name = quota["metadata"]["name"]
-            for resource, limits in ((quota.get("spec") or {}).get("resources") or {}).items():
-                try:
-                    nominal[(name, resource)] = parse_milli(limits.get("nominal", 0)) / 1000
-                except InputError:
-                    continue
-                used[(name, resource)] = (
-                    plan.result.quota_usage.get(name, {}).get(resource, 0) / 1000
-                )
+        usage = plan.result.quota_usage
+        nominal = {key: milli / 1000 for key, milli in plan.nominal.items()}
+        used = {
+            (name, resource): usage.get(name, {}).get(resource, 0) / 1000
+            for name, resource in plan.nominal
+        }
         self.metrics.set_quota(used, nominal)
         self.metrics.set_gpu_signals(plan.unhealthy_gpus, plan.flagged)

@@ -34,7 +34,7 @@ from queue_controller.errors import QueueControllerError
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker
 from queue_controller.journal import Journal
-from queue_controller.kube import credentials
+from queue_controller.kube import credentials, kinds
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.healthwriter import NodeHealthPublisher
 from queue_controller.tls import ServingCertificate, serving_certificate
@@ -92,7 +92,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     state = ClusterState()
     try:
         listings = await asyncio.gather(
-            *(asyncio.to_thread(gateway.list, kind) for kind in gw.WATCHED)
+            *(asyncio.to_thread(gateway.list, kind) for kind in kinds.WATCHED)
         )
     except gw.GatewayError as error:
         raise StartupError(f"could not list the cluster: {error}") from None

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from queue_controller.api.v1alpha1 import PodGroup
 from queue_controller.kube.fields import iso
 
 Obj = dict[str, Any]
@@ -14,13 +14,14 @@ __all__ = ["Update", "conditions_with", "iso"]
 Update = tuple[str, bool, str, str]  # condition type, status, reason, message
 
 
-def conditions_with(obj: Mapping[str, Any], now: float, *updates: Update) -> list[Obj]:
-    """The object's conditions with ``updates`` applied.
+def conditions_with(group: PodGroup | None, now: float, *updates: Update) -> list[Obj]:
+    """The PodGroup's conditions with ``updates`` applied.
 
     A condition's ``lastTransitionTime`` moves only when its status changes, as
     the API conventions ask, so it still says when the state began.
     """
-    conditions = [dict(c) for c in (obj.get("status") or {}).get("conditions", [])]
+    held = group.status.conditions if group is not None else []
+    conditions = [c.model_dump(mode="json", exclude_none=True) for c in held]
     for kind, status, reason, message in updates:
         value = "True" if status else "False"
         previous = next((c for c in conditions if c.get("type") == kind), None)

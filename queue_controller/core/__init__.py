@@ -14,6 +14,7 @@ from queue_controller.core.model import (
     Node,
     NodeSelectorTerm,
     Ordering,
+    PodSet,
     PodTemplate,
     PriorityClass,
     Queue,
@@ -26,6 +27,7 @@ from queue_controller.core.model import (
     Toleration,
     Workload,
     WorkloadPhase,
+    one_pod_set,
 )
 from queue_controller.core.podscan import PodByPodPlacer
 
@@ -39,6 +41,7 @@ __all__ = [
     "NodeSelectorTerm",
     "Ordering",
     "PodByPodPlacer",
+    "PodSet",
     "PodTemplate",
     "PriorityClass",
     "Queue",
@@ -53,5 +56,6 @@ __all__ = [
     "Verdict",
     "Workload",
     "WorkloadPhase",
+    "one_pod_set",
     "schedule",
 ]

@@ -20,6 +20,7 @@ from queue_controller.core.model import (
     BoundPod,
     Node,
     Ordering,
+    PodSet,
     PodTemplate,
     Queue,
     Snapshot,
@@ -31,7 +32,7 @@ from queue_controller.core.ordering import PriorityTable, order_key
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.requests import InvalidSpecError, pod_request
-from queue_controller.core.resources import Resources, scale, scarcity_rank
+from queue_controller.core.resources import Resources, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Placer, shape_of
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Iterable[GangShape]], Placer]
@@ -50,33 +51,56 @@ class CycleResult:
 class _Prepared:
     workload: Workload
     priority: int
-    request: Mapping[str, int]  # per pod; empty when invalid
+    requests: tuple[Mapping[str, int], ...]  # per pod of each pod set; empty when invalid
     error: str  # why it is invalid; empty when valid
+
+    def need(self) -> dict[str, int]:
+        """What the whole gang charges its quota: every pod of every pod set."""
+        total: Counter[str] = Counter()
+        for pod_set, request in zip(self.workload.pod_sets, self.requests, strict=True):
+            for resource, amount in request.items():
+                total[resource] += amount * pod_set.count
+        return dict(total)
 
 
 def _prepare(workload: Workload, priorities: PriorityTable) -> _Prepared:
+    def invalid(priority: int, message: str) -> _Prepared:
+        return _Prepared(workload, priority, (), message)
+
+    if not workload.pod_sets:
+        return invalid(0, workload.spec_error or f"the {workload.kind} has no pods to run")
     # Priority first, so an invalid gang is still listed where it would have queued.
+    first = workload.pod_sets[0]
     try:
-        priority = priorities.value_of(workload.template)
+        priority = priorities.value_of(first.template)
     except InvalidSpecError as error:
-        return _Prepared(workload, 0, {}, f"spec.template.spec.{error.field}: {error.detail}")
-    try:
-        request = pod_request(workload.template)
-    except InvalidSpecError as error:
-        return _Prepared(
-            workload, priority, {}, f"spec.template.spec.{error.field}: {error.detail}"
-        )
+        return invalid(0, f"{first.path}.{error.field}: {error.detail}")
+    requests = []
+    for pod_set in workload.pod_sets:
+        try:
+            requests.append(pod_request(pod_set.template))
+        except InvalidSpecError as error:
+            return invalid(priority, f"{pod_set.path}.{error.field}: {error.detail}")
     if workload.spec_error:
-        return _Prepared(workload, priority, {}, workload.spec_error)
-    if workload.gang_size > workload.pod_count:
-        return _Prepared(
-            workload,
-            priority,
-            {},
-            f"the gang needs {workload.gang_size} members but the {workload.kind} "
-            f"runs only {workload.pod_count} pods at once",
-        )
-    return _Prepared(workload, priority, request, "")
+        return invalid(priority, workload.spec_error)
+    for pod_set in workload.pod_sets:
+        if pod_set.min_count > pod_set.count:
+            of_set = f" in pod set {pod_set.name}" if len(workload.pod_sets) > 1 else ""
+            return invalid(
+                priority,
+                f"the gang needs {pod_set.min_count} members{of_set} but the {workload.kind} "
+                f"runs only {pod_set.count} pods at once",
+            )
+    return _Prepared(workload, priority, tuple(requests), "")
+
+
+def _planned(workload: Workload) -> Mapping[str, Mapping[str, int]]:
+    """Pod set -> node -> planned members; a one-set plan may be given as a total."""
+    if workload.pod_set_placement:
+        return workload.pod_set_placement
+    if workload.placement and workload.pod_sets:
+        return {workload.pod_sets[0].name: workload.placement}
+    return {}
 
 
 def _node_usage(
@@ -99,20 +123,36 @@ def _node_usage(
         for resource, amount in request.items():
             node_used[resource] = node_used.get(resource, 0) + amount * times
 
-    arrived: Counter[tuple[str, str]] = Counter()
+    arrived: Counter[tuple[str, str, str]] = Counter()
     for pod in pods:
         if pod.workload:
-            arrived[(pod.workload, pod.node_name)] += 1
+            arrived[(pod.workload, pod.pod_set, pod.node_name)] += 1
         if pod.phase in TERMINATED_PHASES or not pod.node_name:
             continue
         charge(pod.node_name, pod.request, 1)
     for prepared in admitted:
         workload = prepared.workload
-        for node, planned in workload.placement.items():
-            waiting = planned - arrived[(workload.key, node)]
-            if waiting > 0:
-                charge(node, prepared.request, waiting)
+        if not prepared.requests:
+            continue
+        plan = _planned(workload)
+        first = workload.pod_sets[0].name
+        for pod_set, request in zip(workload.pod_sets, prepared.requests, strict=True):
+            for node, planned in plan.get(pod_set.name, {}).items():
+                here = arrived[(workload.key, pod_set.name, node)]
+                if pod_set.name == first:  # a pod that names no pod set is of the first
+                    here += arrived[(workload.key, "", node)]
+                waiting = planned - here
+                if waiting > 0:
+                    charge(node, request, waiting)
     return used
+
+
+@dataclass(frozen=True, slots=True)
+class _SetShape:
+    """One pod set as the placer sees it."""
+
+    pod_set: PodSet
+    shape: GangShape
 
 
 class _Cycle:
@@ -131,18 +171,23 @@ class _Cycle:
             key=lambda p: order_key(p.workload, p.priority),
         )
         self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted))
-        self.shapes: dict[str, GangShape] = {}
-        by_template: dict[PodTemplate, GangShape] = {}
+        self.shapes: dict[str, tuple[_SetShape, ...]] = {}
+        by_template: dict[tuple[PodTemplate, tuple[tuple[str, int], ...]], GangShape] = {}
         for p in self.pending:
-            if not p.error:
-                shape = by_template.get(p.workload.template)
+            if p.error:
+                continue
+            sets = []
+            for pod_set, request in zip(p.workload.pod_sets, p.requests, strict=True):
+                memo = (pod_set.template, tuple(sorted(request.items())))
+                shape = by_template.get(memo)
                 if shape is None:
-                    shape = by_template[p.workload.template] = shape_of(
-                        p.workload.template, p.request
-                    )
-                self.shapes[p.workload.key] = shape
+                    shape = by_template[memo] = shape_of(pod_set.template, request)
+                sets.append(_SetShape(pod_set, shape))
+            self.shapes[p.workload.key] = tuple(sets)
         self.placer = placer_factory(
-            snapshot.nodes, _node_usage(snapshot.pods, admitted), self.shapes.values()
+            snapshot.nodes,
+            _node_usage(snapshot.pods, admitted),
+            (s.shape for sets in self.shapes.values() for s in sets),
         )
         # Nodes with some GPUs out, named when a gang does not fit (rarely any).
         self.sick_nodes = [n for n in snapshot.nodes if n.gpu_health is not None]
@@ -161,10 +206,7 @@ class _Cycle:
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
             if queue is None or p.error:
                 continue  # nothing to charge it to; its pods still count on nodes
-            charged = usage[queue.team_quota]
-            pods = p.workload.pod_count
-            for resource, amount in p.request.items():
-                charged[resource] += amount * pods
+            usage[queue.team_quota].update(p.need())
         return {name: dict(amounts) for name, amounts in usage.items()}
 
     def run(self) -> CycleResult:
@@ -176,12 +218,10 @@ class _Cycle:
         workload = prepared.workload
 
         def pending(reason: Reason, message: str) -> Decision:
-            return Decision(workload.key, workload.queue, Verdict.PENDING, reason, message)
+            return _decision(workload, Verdict.PENDING, reason, message)
 
         if prepared.error:
-            return Decision(
-                workload.key, workload.queue, Verdict.INVALID, Reason.INVALID_SPEC, prepared.error
-            )
+            return _decision(workload, Verdict.INVALID, Reason.INVALID_SPEC, prepared.error)
         queue = self.queues.get((workload.namespace, workload.queue))
         if queue is None:
             return pending(
@@ -208,6 +248,9 @@ class _Cycle:
                 f"requeued {workload.requeue_count} times after eviction; "
                 f"eligible again at {due} (in {wait})",
             )
+        if workload.absent_members > 0:
+            # Not a head: a gang that cannot be tried holds up no StrictFIFO queue.
+            return pending(Reason.WAITING_FOR_MEMBERS, self._waiting(workload, queue))
         queue_key = (queue.namespace, queue.name)
         head = self.blocked_by.get(queue_key)
         if head is not None:
@@ -217,69 +260,104 @@ class _Cycle:
             )
         decision = self._try_admit(prepared, queue)
         if decision.verdict is not Verdict.ADMIT and queue.ordering is Ordering.STRICT_FIFO:
-            self.blocked_by[queue_key] = workload.key
+            self.blocked_by[queue_key] = workload.namespaced_name
         return decision
+
+    def _waiting(self, workload: Workload, queue: Queue) -> str:
+        total = workload.pod_count + workload.absent_members
+        message = (
+            f"{workload.pod_count} of {total} members exist; the gang is tried once all {total} do"
+        )
+        timeout = queue.pods_ready_timeout_seconds
+        waited = self.snapshot.now - workload.created
+        if timeout is not None and workload.created and waited >= timeout:
+            message += f" (still short after {_duration(waited)}, past the queue's {timeout}s)"
+        return message
 
     def _try_admit(self, prepared: _Prepared, queue: Queue) -> Decision:
         workload = prepared.workload
-        shape = self.shapes[workload.key]
-        twin = (queue.namespace, queue.name, shape.key, workload.gang_size, workload.pod_count)
+        sets = self.shapes[workload.key]
+        twin = (
+            queue.namespace,
+            queue.name,
+            tuple((s.shape.key, s.pod_set.min_count, s.pod_set.count) for s in sets),
+        )
         earlier = self.failed.get(twin)
         if earlier is not None and earlier[0] == self.admissions:
             same = earlier[1]
-            return Decision(workload.key, workload.queue, same.verdict, same.reason, same.message)
-        decision = self._attempt(prepared, queue, shape)
+            return _decision(workload, same.verdict, same.reason, same.message)
+        decision = self._attempt(prepared, queue, sets)
         if decision.verdict is Verdict.ADMIT:
             self.admissions += 1
         else:
             self.failed[twin] = (self.admissions, decision)
         return decision
 
-    def _attempt(self, prepared: _Prepared, queue: Queue, shape: GangShape) -> Decision:
-        workload = prepared.workload
-        need = scale(prepared.request, workload.pod_count)
-        shortfall = self.ledger.shortfall(queue.team_quota, need)
-        if shortfall is not None:
-            return Decision(
-                workload.key,
-                workload.queue,
-                Verdict.PENDING,
-                Reason.QUOTA_EXCEEDED,
-                shortfall.describe(),
-            )
-        outcome = self.placer.try_place(shape, workload.gang_size)
-        if not isinstance(outcome, Placement):
+    def _place(
+        self, prepared: _Prepared, sets: tuple[_SetShape, ...]
+    ) -> tuple[list[Placement], str]:
+        """Every pod set placed, as one transaction: (placements, "") or ([], why not).
+
+        Each set's placement is committed before the next is tried, so the sets
+        never count the same free capacity twice; if a later set does not fit,
+        the earlier ones are released again (Volcano's statement discard).
+        """
+        placed: list[Placement] = []
+        for index, item in enumerate(sets):
+            outcome = self.placer.try_place(item.shape, item.pod_set.min_count)
+            if isinstance(outcome, Placement):
+                self.placer.commit(item.shape, outcome)
+                placed.append(outcome)
+                continue
+            for done, placement in zip(sets, placed, strict=False):
+                self.placer.release(done.shape, placement)
             explanation = outcome.explanation
+            if len(sets) > 1:
+                explanation = f"pod set {item.pod_set.name}: {explanation}"
             if self.sick_nodes:
+                template, request = item.pod_set.template, prepared.requests[index]
                 note = unhealthy_note(
-                    (n for n in self.sick_nodes if may_select(n, workload.template)),
-                    prepared.request,
+                    (n for n in self.sick_nodes if may_select(n, template)), request
                 )
                 explanation += f"; {note}" if note else ""
-            return Decision(
-                workload.key,
-                workload.queue,
-                Verdict.PENDING,
-                Reason.NO_NODE_FIT,
-                explanation,
-            )
+            return [], explanation
+        return placed, ""
+
+    def _attempt(self, prepared: _Prepared, queue: Queue, sets: tuple[_SetShape, ...]) -> Decision:
+        workload = prepared.workload
+        need = prepared.need()
+        shortfall = self.ledger.shortfall(queue.team_quota, need)
+        if shortfall is not None:
+            return _decision(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, shortfall.describe())
+        placed, explanation = self._place(prepared, sets)
+        if not placed:
+            return _decision(workload, Verdict.PENDING, Reason.NO_NODE_FIT, explanation)
         borrowed = self._borrowing(queue.team_quota, need)
         self.ledger.reserve(queue.team_quota, need)
-        self.placer.commit(shape, outcome)
-        nodes = len(outcome.nodes)
+        total: Counter[str] = Counter()
+        for placement in placed:
+            total.update(placement.nodes)
         message = (
-            f"{_count(workload.gang_size, 'member')} placed on {_count(nodes, 'node')}; "
+            f"{_count(workload.gang_size, 'member')} placed on {_count(len(total), 'node')}; "
             f"charged to TeamQuota {queue.team_quota}"
         )
         if borrowed:
             message += " (borrowing " + ", ".join(borrowed) + " from its cohort)"
-        return Decision(
-            workload.key,
-            workload.queue,
+        by_set = (
+            {
+                s.pod_set.name: dict(sorted(p.nodes.items()))
+                for s, p in zip(sets, placed, strict=True)
+            }
+            if len(sets) > 1
+            else {}
+        )
+        return _decision(
+            workload,
             Verdict.ADMIT,
             Reason.ADMITTED,
             message,
-            dict(sorted(outcome.nodes.items())),
+            dict(sorted(total.items())),
+            by_set,
         )
 
     def _borrowing(self, quota_name: str, need: Mapping[str, int]) -> list[str]:
@@ -296,6 +374,26 @@ class _Cycle:
             if after > before:
                 out.append(f"{format_milli(after - before, resource)} {resource}")
         return out
+
+
+def _decision(
+    workload: Workload,
+    verdict: Verdict,
+    reason: Reason,
+    message: str,
+    placement: Mapping[str, int] | None = None,
+    pod_set_placement: Mapping[str, Mapping[str, int]] | None = None,
+) -> Decision:
+    return Decision(
+        workload.namespaced_name,
+        workload.queue,
+        verdict,
+        reason,
+        message,
+        placement or {},
+        kind=workload.kind,
+        pod_set_placement=pod_set_placement or {},
+    )
 
 
 def _count(n: int, noun: str) -> str:

@@ -28,23 +28,33 @@ class Reason(StrEnum):
     TEAM_QUOTA_NOT_FOUND = "TeamQuotaNotFound"
     BACKOFF = "Backoff"  # evicted earlier, requeued, and not yet due again
     DEACTIVATED = "Deactivated"  # past the queue's backoffLimit; never retried
+    WAITING_FOR_MEMBERS = "WaitingForMembers"  # a pod group short of its total count
     # Invalid
     INVALID_SPEC = "InvalidSpec"
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    workload: str  # "namespace/name"
+    workload: str  # "namespace/name"; with ``kind``, unique in a cluster
     queue: str
     verdict: Verdict
     reason: Reason
     message: str
     # Node -> member pods; only on Admit.
     placement: Mapping[str, int] = field(default_factory=dict)
+    kind: str = "Job"
+    # Pod set -> node -> member pods, on Admit of a gang with more than one pod set.
+    pod_set_placement: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The decided workload's ``Workload.key``."""
+        return f"{self.kind}/{self.workload}"
 
     def as_dict(self) -> dict[str, object]:
         """The ``plan -o json`` shape: ``placement`` only appears on Admit."""
         out: dict[str, object] = {
+            "kind": self.kind,
             "workload": self.workload,
             "queue": self.queue,
             "decision": self.verdict.value,
@@ -53,4 +63,6 @@ class Decision:
         }
         if self.verdict is Verdict.ADMIT:
             out["placement"] = dict(self.placement)
+            if self.pod_set_placement:
+                out["podSets"] = {name: dict(p) for name, p in self.pod_set_placement.items()}
         return out

@@ -292,8 +292,15 @@ class EquivalenceIndex:
         return Placement(self._choose(shape, count))
 
     def commit(self, shape: GangShape, placement: Placement) -> None:
+        self._take(shape, placement, 1)
+
+    def release(self, shape: GangShape, placement: Placement) -> None:
+        self._take(shape, placement, -1)
+
+    def _take(self, shape: GangShape, placement: Placement, sign: int) -> None:
         request = self._request(shape)
-        for name, members in placement.nodes.items():
+        for name, count in placement.nodes.items():
+            members = sign * count
             node_class, free = self._where[name]
             after = list(free)
             for i, amount in request.pairs:

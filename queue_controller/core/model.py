@@ -163,8 +163,10 @@ class BoundPod:
     node_name: str
     request: Resources
     phase: str = "Running"
-    # "namespace/name" of the workload this pod belongs to, if any.
+    # The key (Workload.key) of the workload this pod belongs to, if any, and
+    # its pod set; "" for the pod set: the workload's first.
     workload: str = ""
+    pod_set: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,20 +213,52 @@ class WorkloadPhase(StrEnum):
     FINISHED = "Finished"  # holds nothing, never admitted again
 
 
+# Where a Job keeps its pod template: messages about a bad template name the field there.
+JOB_TEMPLATE_PATH = "spec.template.spec"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """Pods of one template within a gang (Kueue's PodSet).
+
+    A Job has one; a group of plain Pods has one per distinct pod shape (a
+    launcher and its workers, say).  ``count`` pods run once the gang is
+    admitted and are what its quota is charged for; ``min_count`` of them must
+    be placed together for the gang to be admitted.
+    """
+
+    name: str
+    template: PodTemplate
+    count: int
+    min_count: int
+    # Where the template is written in the object, for messages ("spec.template.spec").
+    path: str = JOB_TEMPLATE_PATH
+
+
+def one_pod_set(
+    template: PodTemplate,
+    *,
+    count: int,
+    min_count: int | None = None,
+    name: str = "main",
+    path: str = JOB_TEMPLATE_PATH,
+) -> tuple[PodSet, ...]:
+    """The pod sets of a workload whose pods all come from one template."""
+    return (PodSet(name, template, count, count if min_count is None else min_count, path),)
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """One gang: a Job (or any job kind) whose pods are admitted all at once.
+    """One gang: a Job, a group of plain Pods (any workload kind), admitted all at once.
 
-    ``gang_size`` members must be placed together; ``pod_count`` pods run once
-    it is admitted and are what its quota is charged for.
+    Every pod set places ``min_count`` members together; ``count`` pods of each
+    run once it is admitted and are what its quota is charged for.
     """
 
     namespace: str
     name: str
     queue: str
-    template: PodTemplate
-    gang_size: int
-    pod_count: int
+    pod_sets: tuple[PodSet, ...]
     phase: WorkloadPhase = WorkloadPhase.PENDING
     created: float = 0.0  # seconds since the epoch
     kind: str = "Job"
@@ -233,13 +267,33 @@ class Workload:
     deactivated: bool = False
     # Where an admitted gang was planned to go (node -> pods), from its PodGroup.
     placement: Mapping[str, int] = field(default_factory=dict)
+    # The same plan pod set by pod set, when the gang has more than one.
+    pod_set_placement: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # Set by an adapter when the object is unusable for a reason the core
     # cannot see (for example a PodGroup that disagrees with its Job).
     spec_error: str = ""
+    # Members the kind expects that do not exist yet (a pod group short of its
+    # total count): the gang waits for them before anything else is tried.
+    absent_members: int = 0
 
     @property
     def key(self) -> str:
+        """Unique in a cluster: a Job and a pod group of one name never collide."""
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def namespaced_name(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def gang_size(self) -> int:
+        """Members placed together for the gang to be admitted."""
+        return sum(p.min_count for p in self.pod_sets)
+
+    @property
+    def pod_count(self) -> int:
+        """Pods that run once admitted: what the quota is charged for."""
+        return sum(p.count for p in self.pod_sets)
 
 
 @dataclass(frozen=True, slots=True)

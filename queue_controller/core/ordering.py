@@ -40,5 +40,5 @@ class PriorityTable:
             ) from None
 
 
-def order_key(workload: Workload, priority: int) -> tuple[int, float, str, str]:
-    return (-priority, workload.created, workload.namespace, workload.name)
+def order_key(workload: Workload, priority: int) -> tuple[int, float, str, str, str]:
+    return (-priority, workload.created, workload.namespace, workload.name, workload.kind)

@@ -75,10 +75,16 @@ class PodByPodPlacer:
         return Placement(dict(taken))
 
     def commit(self, shape: GangShape, placement: Placement) -> None:
+        self._take(shape, placement, 1)
+
+    def release(self, shape: GangShape, placement: Placement) -> None:
+        self._take(shape, placement, -1)
+
+    def _take(self, shape: GangShape, placement: Placement, sign: int) -> None:
         for name, members in placement.nodes.items():
             free = self._free[name]
             for r, amount in shape.request.items():
-                free[r] = free.get(r, 0) - amount * members
+                free[r] = free.get(r, 0) - amount * members * sign
 
     def _explain(self, shape: GangShape, count: int, fits: int) -> str:
         request = sorted(shape.request.items(), key=lambda kv: scarcity_rank(kv[0]))

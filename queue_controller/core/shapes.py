@@ -1,6 +1,6 @@
 """The shape of a gang member, and the outcome of trying to place a gang.
 
-Every member of a gang comes from one pod template, so the whole gang is
+Every member of a pod set comes from one pod template, so a pod set is
 "``count`` copies of one request under one set of constraints".  That is what
 lets placement reason about counts per node instead of pod by pod.
 """
@@ -54,9 +54,13 @@ class Placer(Protocol):
 
     ``try_place`` changes nothing; ``commit`` applies a placement it returned.
     A gang that is not committed is simply forgotten (Volcano's statement
-    discard, Kueue's forget-on-failure).
+    discard, Kueue's forget-on-failure).  ``release`` undoes a commit: a gang
+    of several pod sets commits each set before trying the next, and gives
+    them all back if a later one does not fit.
     """
 
     def try_place(self, shape: GangShape, count: int) -> Placement | Shortfall: ...
 
     def commit(self, shape: GangShape, placement: Placement) -> None: ...
+
+    def release(self, shape: GangShape, placement: Placement) -> None: ...

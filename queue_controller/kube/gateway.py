@@ -15,13 +15,41 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 
 from queue_controller.errors import QueueControllerError
+from queue_controller.kube.resources import (
+    EVENT,
+    JOB,
+    NODE,
+    POD,
+    POD_GROUP,
+    PRIORITY_CLASS,
+    QUEUE,
+    TEAM_QUOTA,
+    Resource,
+)
+
+__all__ = [
+    "EVENT",
+    "JOB",
+    "NODE",
+    "POD",
+    "POD_GROUP",
+    "PRIORITY_CLASS",
+    "QUEUE",
+    "TEAM_QUOTA",
+    "Conflict",
+    "Gateway",
+    "GatewayError",
+    "Invalid",
+    "Kind",
+    "NotFound",
+    "Resource",
+]
 
 MERGE_PATCH = "application/merge-patch+json"
 # For lists that other writers share, merged by key (a Node's conditions by type).
@@ -49,36 +77,9 @@ class Invalid(GatewayError):
     """422: the API server's validation refused the write."""
 
 
-@dataclass(frozen=True, slots=True)
-class Kind:
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool
-
-    def path(self, namespace: str = "", name: str = "", subresource: str = "") -> str:
-        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        parts = [prefix]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{namespace}")
-        parts.append(self.plural)
-        if name:
-            parts.append(name)
-        if subresource:
-            parts.append(subresource)
-        return "/".join(parts)
-
-
-NODE = Kind("v1", "Node", "nodes", False)
-POD = Kind("v1", "Pod", "pods", True)
-EVENT = Kind("v1", "Event", "events", True)
-JOB = Kind("batch/v1", "Job", "jobs", True)
-PRIORITY_CLASS = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
-TEAM_QUOTA = Kind("queue-controller.io/v1alpha1", "TeamQuota", "teamquotas", False)
-QUEUE = Kind("queue-controller.io/v1alpha1", "Queue", "queues", True)
-POD_GROUP = Kind("queue-controller.io/v1alpha1", "PodGroup", "podgroups", True)
-WATCHED = (NODE, POD, JOB, PRIORITY_CLASS, TEAM_QUOTA, QUEUE, POD_GROUP)
-BY_KIND = {kind.kind: kind for kind in WATCHED}
+# Descriptors are re-exported so callers can keep writing ``gw.POD``; the list of
+# what is watched is the kinds registry's business (kube/kinds), not the gateway's.
+Kind = Resource
 
 
 class Gateway:

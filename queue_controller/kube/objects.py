@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from queue_controller.api import v1alpha1
 from queue_controller.core.model import (
-    BoundPod,
     Container,
     Node,
     NodeSelectorTerm,
@@ -29,7 +28,6 @@ from queue_controller.core.model import (
     Toleration,
 )
 from queue_controller.core.quantity import parse_milli
-from queue_controller.core.requests import pod_request
 from queue_controller.errors import InputError, QuantityError
 from queue_controller.kube import nodehealth
 from queue_controller.kube.fields import Obj, get, objects, strings
@@ -141,36 +139,6 @@ def node(obj: Obj) -> Node:
         conditions=conditions,
         capacity=_resources(obj, "status.capacity"),
         gpu_health=nodehealth.gpu_health(obj),
-    )
-
-
-def owning_job(obj: Obj) -> str:
-    """``namespace/name`` of the Job that owns a pod, or ``""``."""
-    namespace = get(obj, "metadata.namespace", str, "default")
-    for ref in objects(obj, "metadata.ownerReferences"):
-        if ref.get("kind") == "Job" and ref.get("controller", True):
-            return f"{namespace}/{get(ref, 'name', str, '')}"
-    labels = strings(obj, "metadata.labels")
-    name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
-    return f"{namespace}/{name}" if name else ""
-
-
-def bound_pod(obj: Obj) -> BoundPod | None:
-    """A pod that sits on a node, with its effective request; None if unbound."""
-    node_name = get(obj, "spec.nodeName", str, "")
-    if not node_name:
-        return None
-    try:
-        request = pod_request(pod_template(get(obj, "spec", dict, {})))
-    except InputError as error:
-        raise error.located(field_prefix="spec") from None
-    return BoundPod(
-        namespace=get(obj, "metadata.namespace", str, "default"),
-        name=get(obj, "metadata.name", str, ""),
-        node_name=node_name,
-        request=request,
-        phase=get(obj, "status.phase", str, "Pending"),
-        workload=owning_job(obj),
     )
 
 

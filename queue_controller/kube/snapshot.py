@@ -1,43 +1,49 @@
-"""Build a core :class:`Snapshot` from Kubernetes objects.
+"""Translate Kubernetes objects, once, into the core's snapshot and typed gang views.
 
 ``plan`` feeds it the documents of a dump; the controller feeds it the
 objects its watches hold.  Both therefore read the cluster the same way:
 
 * a bound pod that has not terminated uses node capacity;
-* a queued job that is not suspended and not finished holds quota;
-* a suspended queued job is a pending gang;
-* a job's PodGroup (owned by it, else of the same name) sets the gang size
-  and carries requeue state and the planned placement.
+* a workload kind (kube/kinds) claims its member pods and reads each gang;
+* a gang that is held (a suspended Job, gated pods) is pending; one that is
+  not, or whose PodGroup says Admitted or Running, holds quota;
+* a gang's PodGroup sets the gang size and carries requeue state and the
+  planned placement.
+
+Every raw object is read here and nowhere else; what comes out is typed.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from queue_controller.api import v1alpha1
 from queue_controller.core.model import (
     BoundPod,
+    GpuHealth,
     Node,
     PriorityClass,
     Queue,
     Snapshot,
     TeamQuota,
-    Workload,
 )
+from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.errors import InputError
-from queue_controller.kube import jobs, objects
-from queue_controller.kube.fields import Obj, get
+from queue_controller.kube import kinds, nodehealth, objects
+from queue_controller.kube.fields import Obj, get, timestamp
+from queue_controller.kube.gangs import (
+    WORKLOAD_KIND_LABEL,
+    GangView,
+    GroupIndex,
+    GroupView,
+    workload_of,
+)
+from queue_controller.kube.kinds import WorkloadKind
+from queue_controller.kube.resources import POD_GROUP, QUEUE, TEAM_QUOTA
+from queue_controller.kube.views import MemberPod, Ref, member_pod, ref_of
 
-CORE_KINDS = {
-    ("v1", "Node"),
-    ("v1", "Pod"),
-    ("scheduling.k8s.io/v1", "PriorityClass"),
-    (v1alpha1.API_VERSION, "TeamQuota"),
-    (v1alpha1.API_VERSION, "Queue"),
-    (v1alpha1.API_VERSION, "PodGroup"),
-}
-SUPPORTED_KINDS = CORE_KINDS | {(kind.api_version, name) for name, kind in jobs.JOB_KINDS.items()}
+SUPPORTED_KINDS = {(r.api_version, r.kind) for r in kinds.WATCHED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,41 +54,81 @@ class Located:
     obj: Obj
 
 
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    model: Queue
+    ref: Ref
+    status: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    model: TeamQuota
+    ref: Ref
+    status: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """Everything one cycle reads, each object translated once."""
+
+    snapshot: Snapshot
+    gangs: tuple[GangView, ...]
+    # PodGroups the controller made whose gang is gone (pods deleted for good).
+    orphans: tuple[GroupView, ...]
+    queues: tuple[QueueView, ...]
+    quotas: tuple[QuotaView, ...]
+    # Node -> (its GPU health, when its GPUHealthy condition turned False).
+    node_health: dict[str, tuple[GpuHealth, float]]
+
+
 @dataclass
 class _Collected:
     nodes: list[Node] = field(default_factory=list)
-    pods: list[BoundPod] = field(default_factory=list)
+    health: dict[str, tuple[GpuHealth, float]] = field(default_factory=dict)
+    pods: list[tuple[Located, MemberPod]] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
-    quotas: list[TeamQuota] = field(default_factory=list)
-    queues: list[Queue] = field(default_factory=list)
-    groups: list[v1alpha1.PodGroup] = field(default_factory=list)
-    jobs: list[Located] = field(default_factory=list)
+    quotas: list[QuotaView] = field(default_factory=list)
+    queues: list[QueueView] = field(default_factory=list)
+    groups: list[GroupView] = field(default_factory=list)
+    heads: dict[str, list[Located]] = field(default_factory=lambda: defaultdict(list))
 
 
 def is_supported(obj: Obj) -> bool:
     return (obj.get("apiVersion"), obj.get("kind")) in SUPPORTED_KINDS
 
 
+def _status(obj: Obj) -> dict[str, object]:
+    return dict(get(obj, "status", dict, {}))
+
+
 def _collect_one(item: Located, into: _Collected) -> None:
     obj = item.obj
     kind = obj.get("kind")
     if kind == "Node":
-        into.nodes.append(objects.node(obj))
+        node = objects.node(obj)
+        into.nodes.append(node)
+        if node.gpu_health is not None:
+            state = nodehealth.condition(obj) or {}
+            into.health[node.name] = (
+                node.gpu_health,
+                timestamp(state, "lastTransitionTime") or 0.0,
+            )
     elif kind == "Pod":
-        pod = objects.bound_pod(obj)
-        if pod is not None:
-            into.pods.append(pod)
+        into.pods.append((item, member_pod(obj)))
     elif kind == "PriorityClass":
         into.priority_classes.append(objects.priority_class(obj))
     elif kind == "TeamQuota":
-        into.quotas.append(objects.team_quota(obj))
+        into.quotas.append(
+            QuotaView(objects.team_quota(obj), ref_of(TEAM_QUOTA, obj), _status(obj))
+        )
     elif kind == "Queue":
-        into.queues.append(objects.queue(obj))
+        into.queues.append(QueueView(objects.queue(obj), ref_of(QUEUE, obj), _status(obj)))
     elif kind == "PodGroup":
-        into.groups.append(objects.pod_group(obj))
-    elif kind in jobs.JOB_KINDS:
-        if jobs.queue_name(obj):  # jobs outside any queue are not ours to hold
-            into.jobs.append(item)
+        into.groups.append(GroupView(objects.pod_group(obj), ref_of(POD_GROUP, obj)))
+    elif isinstance(kind, str) and kind in kinds.BY_HEAD:
+        if kinds.BY_HEAD[kind].is_queued(obj):  # not in a queue: not ours to hold
+            into.heads[str(kind)].append(item)
     else:
         raise InputError(f"unsupported kind {obj.get('apiVersion')}/{kind}")
 
@@ -111,8 +157,8 @@ def _check_unique(items: Iterable[Located]) -> None:
 Skip = Callable[[InputError], None]
 
 
-def build_snapshot(items: Iterable[Located], *, now: float, skip: Skip | None = None) -> Snapshot:
-    """Translate every object.
+def translate(items: Iterable[Located], *, now: float, skip: Skip | None = None) -> Translation:
+    """Translate every object, once.
 
     Without ``skip`` (``plan``), the first bad object raises :class:`InputError`
     naming it.  With ``skip`` (the controller, which reads what the API server
@@ -134,57 +180,150 @@ def build_snapshot(items: Iterable[Located], *, now: float, skip: Skip | None = 
             _collect_one(item, collected)
         except InputError as error:
             fail(error.located(where=item.where))
-    return Snapshot(
+    queues = {(q.model.namespace, q.model.name): q.model for q in collected.queues}
+    index = GroupIndex(collected.groups)
+    members = _claim_members(collected.pods)
+    gangs = _gangs(collected, members, index, queues, fail)
+    bound = _bound_pods(collected.pods, members, fail)
+    orphans = tuple(g for g in index.unclaimed() if WORKLOAD_KIND_LABEL in g.model.metadata.labels)
+    snapshot = Snapshot(
         nodes=tuple(collected.nodes),
-        pods=tuple(collected.pods),
-        workloads=tuple(_workloads(collected, fail)),
-        queues=tuple(collected.queues),
-        quotas=tuple(collected.quotas),
+        pods=tuple(bound),
+        workloads=tuple(g.workload for g in gangs),
+        queues=tuple(queues.values()),
+        quotas=tuple(q.model for q in collected.quotas),
         priority_classes=tuple(collected.priority_classes),
         now=now,
     )
+    return Translation(
+        snapshot,
+        tuple(gangs),
+        orphans,
+        tuple(collected.queues),
+        tuple(collected.quotas),
+        collected.health,
+    )
 
 
-def _workloads(collected: _Collected, fail: Skip) -> list[Workload]:
-    groups = _GroupIndex(collected.groups)
+def build_snapshot(items: Iterable[Located], *, now: float, skip: Skip | None = None) -> Snapshot:
+    """The core's snapshot alone (``plan``)."""
+    return translate(items, now=now, skip=skip).snapshot
+
+
+# (kind name, namespace, gang name) -> its member pods
+_Members = dict[tuple[str, str, str], list[MemberPod]]
+
+
+def _claim_members(pods: list[tuple[Located, MemberPod]]) -> _Members:
+    members: _Members = defaultdict(list)
+    for index, (item, pod) in enumerate(pods):
+        claimed = kinds.claim(pod)
+        if claimed is None:
+            continue
+        kind, membership = claimed
+        if membership.pod_set != pod.pod_set:
+            pod = _with_pod_set(pod, membership.pod_set)
+            pods[index] = (item, pod)
+        members[(kind.name, pod.ref.namespace, membership.workload)].append(pod)
+    return members
+
+
+def _with_pod_set(pod: MemberPod, name: str) -> MemberPod:
+    return replace(pod, pod_set=name)
+
+
+def _gangs(
+    collected: _Collected,
+    members: _Members,
+    index: GroupIndex,
+    queues: dict[tuple[str, str], Queue],
+    fail: Skip,
+) -> list[GangView]:
+    out: list[GangView] = []
+    for kind in kinds.KINDS:
+        if kind.head is not None:
+            for item in collected.heads.get(kind.head.kind, []):
+                namespace = get(item.obj, "metadata.namespace", str, "default") or "default"
+                name = get(item.obj, "metadata.name", str, "")
+                pods = members.get((kind.name, namespace, name), [])
+                view = _view(kind, item.obj, namespace, name, pods, index, queues, item.where, fail)
+                if view is not None:
+                    out.append(view)
+        else:
+            for (kind_name, namespace, name), pods in sorted(members.items()):
+                if kind_name != kind.name:
+                    continue
+                where = f"{kind.name} group {namespace}/{name}"
+                view = _view(kind, None, namespace, name, pods, index, queues, where, fail)
+                if view is not None:
+                    out.append(view)
+    return sorted(out, key=lambda g: g.key)
+
+
+def _view(
+    kind: WorkloadKind,
+    head: Obj | None,
+    namespace: str,
+    name: str,
+    pods: list[MemberPod],
+    index: GroupIndex,
+    queues: dict[tuple[str, str], Queue],
+    where: str,
+    fail: Skip,
+) -> GangView | None:
+    try:
+        gang = kind.read(namespace=namespace, name=name, head=head, members=tuple(pods))
+    except InputError as error:  # what even a broken gang must get right
+        fail(error.located(where=where))
+        return None
+    group = index.find(kind, gang)
+    return GangView(
+        kind=kind,
+        gang=gang,
+        workload=workload_of(kind, gang, group),
+        group=group,
+        queue=queues.get((namespace, gang.facts.queue)),
+    )
+
+
+def _bound_pods(
+    pods: list[tuple[Located, MemberPod]], members: _Members, fail: Skip
+) -> list[BoundPod]:
+    owner_of: dict[int, str] = {}
+    for (kind_name, namespace, name), group in members.items():
+        for pod in group:
+            owner_of[id(pod)] = f"{kind_name}/{namespace}/{name}"
     out = []
-    for item in collected.jobs:
-        kind = jobs.JOB_KINDS[str(item.obj.get("kind"))]
+    for item, pod in pods:
+        if not pod.node_name:
+            continue
         try:
-            out.append(jobs.workload(item.obj, kind, groups.find(item.obj)))
-        except InputError as error:  # metadata that even a broken job must get right
-            fail(error.located(where=item.where))
+            request = pod_request(pod.template)
+        except InvalidSpecError as error:
+            fail(InputError(error.detail, where=item.where, field=f"spec.{error.field}"))
+            continue
+        out.append(
+            BoundPod(
+                namespace=pod.ref.namespace or "default",
+                name=pod.ref.name,
+                node_name=pod.node_name,
+                request=request,
+                phase=pod.phase,
+                workload=owner_of.get(id(pod), ""),
+                pod_set=pod.pod_set,
+            )
+        )
     return out
 
 
-class _GroupIndex:
-    """PodGroups by what can tie them to a job: owner uid, owner name, own name."""
-
-    def __init__(self, groups: Iterable[v1alpha1.PodGroup]) -> None:
-        self._by: dict[tuple[str, str, str], v1alpha1.PodGroup] = {}
-        for group in groups:
-            namespace = group.metadata.namespace or "default"
-            for ref in group.metadata.ownerReferences:
-                kind = str(ref.get("kind", ""))
-                if ref.get("uid"):
-                    self._by.setdefault((namespace, kind, f"uid:{ref['uid']}"), group)
-                if ref.get("name"):
-                    self._by.setdefault((namespace, kind, f"name:{ref['name']}"), group)
-            if not group.metadata.ownerReferences:
-                self._by.setdefault((namespace, "", f"name:{group.metadata.name}"), group)
-
-    def find(self, obj: Obj) -> v1alpha1.PodGroup | None:
-        namespace = get(obj, "metadata.namespace", str, "default")
-        kind = str(obj.get("kind", ""))
-        uid = get(obj, "metadata.uid", str, "")
-        name = get(obj, "metadata.name", str, "")
-        for key in (
-            (namespace, kind, f"uid:{uid}") if uid else None,
-            (namespace, kind, f"name:{name}"),
-            (namespace, "", f"name:{name}"),
-        ):
-            if key is not None and key in self._by:
-                group = self._by[key]
-                if jobs.owned_by(group, obj):
-                    return group
-        return None
+__all__ = [
+    "SUPPORTED_KINDS",
+    "GangView",
+    "Located",
+    "QueueView",
+    "QuotaView",
+    "Translation",
+    "build_snapshot",
+    "is_supported",
+    "translate",
+]

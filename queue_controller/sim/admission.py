@@ -33,6 +33,7 @@ from queue_controller.core import (
     Snapshot,
     Workload,
     WorkloadPhase,
+    one_pod_set,
     schedule,
 )
 from queue_controller.core.quota import QuotaLedger
@@ -56,6 +57,9 @@ class NeverRefuses:
         return Placement(nodes={})
 
     def commit(self, shape: object, placement: Placement) -> None:
+        pass
+
+    def release(self, shape: object, placement: Placement) -> None:
         pass
 
 
@@ -242,9 +246,7 @@ class Admission:
                         namespace=namespace,
                         name=f"settled-{queue}-{len(out)}",
                         queue=queue,
-                        template=template,
-                        gang_size=pods,
-                        pod_count=pods,
+                        pod_sets=one_pod_set(template, count=pods),
                         phase=WorkloadPhase.ADMITTED,
                     )
                 )

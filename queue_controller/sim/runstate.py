@@ -7,7 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from queue_controller.core import PodTemplate, Queue, TeamQuota, Workload, WorkloadPhase
+from queue_controller.core import (
+    PodTemplate,
+    Queue,
+    TeamQuota,
+    Workload,
+    WorkloadPhase,
+    one_pod_set,
+)
 from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.sim.scenario import SimJob
 
@@ -78,9 +85,7 @@ class JobState:
             namespace=self.spec.namespace,
             name=self.spec.name,
             queue=self.spec.queue,
-            template=self.template,
-            gang_size=self.spec.pods,
-            pod_count=self.spec.pods,
+            pod_sets=one_pod_set(self.template, count=self.spec.pods),
             phase=WorkloadPhase.ADMITTED if admitted else WorkloadPhase.PENDING,
             created=self.spec.arrival,
             requeue_at=self.requeue_at,

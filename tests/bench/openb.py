@@ -28,6 +28,7 @@ from queue_controller.core import (
     Snapshot,
     TeamQuota,
     Workload,
+    one_pod_set,
 )
 
 GPU = "nvidia.com/gpu"
@@ -90,21 +91,22 @@ def _gangs(path: Path) -> tuple[list[Workload], int, int]:
                     namespace="openb",
                     name=row["name"],
                     queue="trace",
-                    template=PodTemplate(
-                        containers=(
-                            Container(
-                                "task",
-                                requests={
-                                    "cpu": f"{row['cpu_milli']}m",
-                                    "memory": f"{row['memory_mib']}Mi",
-                                },
-                                limits={GPU: gpus},
+                    pod_sets=one_pod_set(
+                        PodTemplate(
+                            containers=(
+                                Container(
+                                    "task",
+                                    requests={
+                                        "cpu": f"{row['cpu_milli']}m",
+                                        "memory": f"{row['memory_mib']}Mi",
+                                    },
+                                    limits={GPU: gpus},
+                                ),
                             ),
+                            required_affinity=affinity,
                         ),
-                        required_affinity=affinity,
+                        count=1,
                     ),
-                    gang_size=1,
-                    pod_count=1,
                     created=float(row["creation_time"]),
                 )
             )

@@ -29,6 +29,7 @@ from queue_controller.core import (
     TeamQuota,
     Toleration,
     Workload,
+    one_pod_set,
 )
 
 GPU = "nvidia.com/gpu"
@@ -176,9 +177,7 @@ def _gangs(count: int, queues: list[Queue], rng: random.Random) -> list[Workload
                 namespace=queue.namespace,
                 name=f"job-{i:06d}",
                 queue=queue.name,
-                template=_template(pool, size, rng),
-                gang_size=size,
-                pod_count=size,
+                pod_sets=one_pod_set(_template(pool, size, rng), count=size),
                 created=float(rng.randrange(0, 86_400)),
             )
         )

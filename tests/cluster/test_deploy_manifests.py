@@ -146,7 +146,7 @@ def test_controller_account_can_do_what_the_code_does(
         ("list", "namespaces", ()),
         ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ()),
         ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ()),
-        ("delete", "podgroups.queue-controller.io", ("-A",)),
+        ("update", "podgroups.queue-controller.io", ("-A",)),
         ("patch", "queues.queue-controller.io", ("-A",)),
         ("update", "teamquotas.queue-controller.io", ("-A", "--subresource=status")),
         ("patch", "events", ("-A",)),

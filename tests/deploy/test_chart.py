@@ -18,7 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from queue_controller.controller.settings import Settings
-from queue_controller.kube.jobs import KUEUE_QUEUE_LABEL, QUEUE_LABEL
+from queue_controller.kube import kinds as workload_kinds
+from queue_controller.kube.kinds import KUEUE_QUEUE_LABEL, QUEUE_LABEL, WebhookRule
 from tests.deploy.chart import (
     CHART,
     CONTROLLER,
@@ -322,28 +323,45 @@ def test_metrics_service_selects_the_pods() -> None:
 # -- the webhook -------------------------------------------------------------------------
 
 
-def handler_ids() -> list[str]:
-    """The ids kopf serves the mutating handlers under, by handlers.py's own formula."""
-    formula = "id=f\"suspend-queued-{label.split('/')[0]}\""
+def handler_ids() -> list[tuple[str, WebhookRule]]:
+    """(kopf handler id, rule) for every webhook, by handlers.py's own formula and the
+    registry of workload kinds, in the order the chart renders them."""
+    formula = "id=f\"hold-{resource.plural}-{label.split('/')[0]}\""
     assert formula in (CONTROLLER / "controller" / "handlers.py").read_text(), (
         "handlers.py names its webhook handlers differently now: update the chart's "
         "webhook paths (templates/webhook.yaml) and this test"
     )
-    return [f"suspend-queued-{label.split('/')[0]}" for label in (QUEUE_LABEL, KUEUE_QUEUE_LABEL)]
+    return [
+        (f"hold-{kind.webhook.resource.plural}-{label.split('/')[0]}", kind.webhook)
+        for kind in workload_kinds.KINDS
+        for label in (QUEUE_LABEL, KUEUE_QUEUE_LABEL)
+    ]
 
 
 def test_webhook_paths_are_the_handler_ids() -> None:
     docs = render()
     config = one(docs, "MutatingWebhookConfiguration")
     webhooks = config["webhooks"]
+    expected = handler_ids()
     assert [w["clientConfig"]["service"]["path"] for w in webhooks] == [
-        f"/{i}" for i in handler_ids()
+        f"/{i}" for i, _ in expected
     ]
     labels = [w["objectSelector"]["matchExpressions"] for w in webhooks]
     assert labels == [
-        [{"key": QUEUE_LABEL, "operator": "Exists"}],
-        [{"key": KUEUE_QUEUE_LABEL, "operator": "Exists"}],
+        [{"key": label, "operator": "Exists"}]
+        for _ in workload_kinds.KINDS
+        for label in (QUEUE_LABEL, KUEUE_QUEUE_LABEL)
     ]
+    for w, (_, rule) in zip(webhooks, expected, strict=True):
+        assert w["rules"] == [
+            {
+                "apiGroups": [rule.resource.group],
+                "apiVersions": [rule.resource.version],
+                "resources": [rule.resource.plural],
+                "operations": list(rule.operations),
+                "scope": "Namespaced",
+            }
+        ]
     service = one(docs, "Service", "queue-controller-webhook")
     for w in webhooks:
         assert w["clientConfig"]["service"] == {
@@ -352,15 +370,6 @@ def test_webhook_paths_are_the_handler_ids() -> None:
             "port": 443,
             "path": w["clientConfig"]["service"]["path"],
         }
-        assert w["rules"] == [
-            {
-                "apiGroups": ["batch"],
-                "apiVersions": ["v1"],
-                "resources": ["jobs"],
-                "operations": ["CREATE"],
-                "scope": "Namespaced",
-            }
-        ]
         assert w["failurePolicy"] == "Fail"
         assert w["sideEffects"] == "None"
         assert w["admissionReviewVersions"] == ["v1"]

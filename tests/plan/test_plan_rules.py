@@ -684,7 +684,7 @@ def assert_small_cluster(decisions: list[dict[str, Any]]) -> None:
 
 def test_json_output_is_exactly_decisions_with_placement_only_on_admit() -> None:
     decisions = plan_json(SMALL)
-    keys = {"workload", "queue", "decision", "reason", "message"}
+    keys = {"kind", "workload", "queue", "decision", "reason", "message"}
     for d in decisions:
         assert set(d) == (keys | {"placement"} if d["decision"] == "Admit" else keys)
     assert_small_cluster(decisions)

@@ -31,7 +31,7 @@ def _node_used(snapshot: Snapshot) -> dict[str, dict[str, int]]:
                 used[pod.node_name][r] += a
     for w in snapshot.workloads:
         if w.phase is WorkloadPhase.ADMITTED:
-            request = pod_request(w.template)
+            request = pod_request(w.pod_sets[0].template)
             for node, planned in w.placement.items():
                 for r, a in request.items():
                     used[node][r] += a * max(0, planned - arrived[(w.key, node)])
@@ -61,7 +61,7 @@ class Referee:
         for w in snapshot.workloads:
             queue = self.queues.get((w.namespace, w.queue))
             if w.phase is WorkloadPhase.ADMITTED and queue is not None:
-                for r, a in pod_request(w.template).items():
+                for r, a in pod_request(w.pod_sets[0].template).items():
                     self.usage[queue.team_quota][r] += a * w.pod_count
 
     # -- quota, from the definition ------------------------------------------
@@ -123,7 +123,9 @@ class Referee:
             for name, node in self.nodes.items()
         }
         naive = PodByPodPlacer(list(self.nodes.values()), used)
-        outcome = naive.try_place(shape_of(workload.template, request), workload.gang_size)
+        outcome = naive.try_place(
+            shape_of(workload.pod_sets[0].template, request), workload.gang_size
+        )
         assert isinstance(outcome, Shortfall)
         return outcome.explanation
 
@@ -132,7 +134,7 @@ class Referee:
     def replay(self, decisions: tuple[Decision, ...]) -> None:
         blocked: dict[tuple[str, str], bool] = {}
         for decision in decisions:
-            workload = self.workloads[decision.workload]
+            workload = self.workloads[decision.key]
             queue = self.queues.get((workload.namespace, workload.queue))
             if decision.verdict is not Verdict.ADMIT:
                 assert not decision.placement, decision
@@ -147,11 +149,11 @@ class Referee:
             assert not blocked.get((queue.namespace, queue.name)), (
                 f"{decision} passed a StrictFIFO head"
             )
-            request = pod_request(workload.template)
+            request = pod_request(workload.pod_sets[0].template)
             need = {r: a * workload.pod_count for r, a in request.items()}
             quota = self.quotas[queue.team_quota]
             quota_ok = self.quota_allows(quota, need)
-            capacity = self.capacity(workload.template, request)
+            capacity = self.capacity(workload.pod_sets[0].template, request)
             if decision.verdict is Verdict.ADMIT:
                 self._check_admission(decision, workload, request, quota_ok)
                 for r, a in need.items():
@@ -176,7 +178,7 @@ class Referee:
         for name, members in decision.placement.items():
             node = self.nodes[name]
             assert members > 0
-            assert exclusion(node, workload.template) is None, f"{name} is not eligible"
+            assert exclusion(node, workload.pod_sets[0].template) is None, f"{name} is not eligible"
             free = self.free[name]
             for r, a in request.items():
                 free[r] = free.get(r, 0) - a * members

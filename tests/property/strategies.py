@@ -16,6 +16,7 @@ from queue_controller.core import (
     TeamQuota,
     Toleration,
     Workload,
+    one_pod_set,
 )
 from queue_controller.core.model import Container
 
@@ -146,9 +147,11 @@ def pending_gangs(draw: st.DrawFn, queue_names: list[str], prefix: str = "g") ->
                 namespace="ns",
                 name=f"{prefix}{i}",
                 queue=draw(st.sampled_from([*queue_names, "missing"])),
-                template=draw(st.sampled_from(templates)),
-                gang_size=members,
-                pod_count=members + draw(st.sampled_from([0, 0, 0, 1])),
+                pod_sets=one_pod_set(
+                    draw(st.sampled_from(templates)),
+                    count=members + draw(st.sampled_from([0, 0, 0, 1])),
+                    min_count=members,
+                ),
                 created=float(draw(st.integers(0, 5))),
             )
         )

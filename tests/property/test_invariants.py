@@ -52,7 +52,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Snapshot]:
 
 def _second_cycle(first: Snapshot, more: list, rng: random.Random) -> Snapshot:  # type: ignore[type-arg]
     """Admitted gangs of the first cycle become running, partly bound, gangs."""
-    decisions = {d.workload: d for d in schedule(first).decisions}
+    decisions = {d.key: d for d in schedule(first).decisions}
     workloads = []
     pods = list(first.pods)
     for w in first.workloads:
@@ -63,7 +63,7 @@ def _second_cycle(first: Snapshot, more: list, rng: random.Random) -> Snapshot: 
         workloads.append(
             dataclasses.replace(w, phase=WorkloadPhase.ADMITTED, placement=decision.placement)
         )
-        request = pod_request(w.template)
+        request = pod_request(w.pod_sets[0].template)
         for node, members in decision.placement.items():
             for i in range(rng.randint(0, members)):  # some members have been bound already
                 pods.append(BoundPod("ns", f"{w.name}-{node}-{i}", node, request, workload=w.key))

@@ -200,11 +200,11 @@ def test_admitted_gang_reserves_its_planned_nodes_until_pods_arrive() -> None:
     nodes = [gpu_node("n0"), gpu_node("n1")]
     admitted = gang("admitted", 2, 8, phase=WorkloadPhase.ADMITTED, placement={"n0": 1, "n1": 1})
     # One member already bound on n0; the other is planned on n1 but not bound yet.
-    pods = [running_pod("n0", 8, workload="ns/admitted")]
+    pods = [running_pod("n0", 8, workload="Job/ns/admitted")]
     result = schedule(snapshot(nodes=nodes, pods=pods, workloads=[admitted, gang("next", 1, 8)]))
     assert verdicts(result) == {"ns/next": ("Pending", "NoNodeFit")}
     # Once both are bound the plan holds nothing more; capacity is the pods'.
-    pods.append(running_pod("n1", 4, workload="ns/admitted", name="second"))
+    pods.append(running_pod("n1", 4, workload="Job/ns/admitted", name="second"))
     result = schedule(snapshot(nodes=nodes, pods=pods, workloads=[admitted, gang("next", 1, 4)]))
     assert verdicts(result) == {"ns/next": ("Admit", "Admitted")}
 

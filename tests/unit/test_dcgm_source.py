@@ -13,15 +13,18 @@ from typing import Any
 import pytest
 
 from queue_controller.controller.dcgmsource import DcgmSource
-from queue_controller.controller.lifecycle import Gang
 from queue_controller.controller.metrics import Metrics
+from queue_controller.controller.state import ClusterState
 from queue_controller.gpuhealth.dcgm import GpuSample
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker
 from queue_controller.gpuhealth.scrape import Scrape
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import nodehealth
+from queue_controller.kube.gangs import GangView
 from queue_controller.kube.healthwriter import NodeHealthPublisher
+from queue_controller.kube.kinds import QUEUE_LABEL as QUEUE
+from tests.views import seen
 
 T0 = 1_800_000_000.0
 
@@ -144,11 +147,46 @@ def test_unreadable_targets_are_counted_and_named_once(caplog: pytest.LogCapture
     assert sum("connection refused" in r.message for r in caplog.records) == 1
 
 
-def gang(phase: str, *pods: str) -> Gang:
-    group = {"metadata": {"name": "g"}, "status": {"phase": phase}}
-    job = {"metadata": {"name": "g", "namespace": "ns"}, "spec": {}}
-    members = tuple({"metadata": {"name": p, "namespace": "ns"}, "status": {}} for p in pods)
-    return Gang(job, group, members, None)
+def gang(phase: str, *pods: str) -> GangView:
+    """A gang named g with ``pods``, through the translation the controller makes."""
+    state = ClusterState()
+    state.upsert(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "g", "namespace": "ns", "uid": "u", "labels": {QUEUE: "q"}},
+            "spec": {"suspend": False, "template": {"spec": {"containers": [{"name": "m"}]}}},
+        }
+    )
+    state.upsert(
+        {
+            "apiVersion": "queue-controller.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": "g",
+                "namespace": "ns",
+                "ownerReferences": [{"kind": "Job", "name": "g", "uid": "u"}],
+            },
+            "spec": {"queue": "q", "minMember": len(pods)},
+            "status": {"phase": phase},
+        }
+    )
+    for name in pods:
+        state.upsert(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": "ns",
+                    "ownerReferences": [{"kind": "Job", "name": "g", "controller": True}],
+                },
+                "spec": {"containers": [{"name": "m"}]},
+                "status": {"phase": "Running"},
+            }
+        )
+    (view,) = seen(state, T0).gangs
+    return view
 
 
 def test_running_gangs_whose_every_gpu_pod_idles_for_the_window_are_reported() -> None:
@@ -160,5 +198,5 @@ def test_running_gangs_whose_every_gpu_pod_idles_for_the_window_are_reported() -
     reader.poll(nodes.nodes, T0)
     reader.poll(nodes.nodes, T0 + 301)
     gangs = [gang("Running", "a"), gang("Running", "a", "b"), gang("Admitted", "a")]
-    assert reader.idle_gangs(gangs, now=T0 + 301) == {"ns/g": T0}
+    assert reader.idle_gangs(gangs, now=T0 + 301) == {"Job/ns/g": T0}
     assert reader.idle_gangs(gangs[1:], now=T0 + 301) == {}

@@ -7,9 +7,12 @@ from typing import Any
 import pytest
 
 from queue_controller.controller import actions as act
-from queue_controller.controller.lifecycle import GATE, Planner
+from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult, Decision, Reason, Verdict
+from queue_controller.kube.resources import ADMISSION_GATE as GATE
+from queue_controller.kube.views import Delete
+from tests.views import seen
 
 NOW = 1_800_000_000.0
 T0 = "2027-01-15T08:00:00Z"  # NOW in RFC 3339
@@ -111,7 +114,7 @@ def plan(*objects: dict[str, Any], decisions: tuple[Decision, ...] = ()) -> list
     state = ClusterState()
     for obj in (QUEUE, *objects):
         state.upsert(obj)
-    actions = Planner(300).plan(state, CycleResult(decisions, {}), now=NOW)
+    actions = Planner(300).plan(seen(state, NOW), CycleResult(decisions, {}), now=NOW)
     return [a for a in actions if not isinstance(a, act.QueueStatus | act.TeamQuotaStatus)]
 
 
@@ -144,7 +147,7 @@ def test_admit_decision_becomes_an_admission() -> None:
     (admit,) = plan(job(), group(phase="Pending"), decisions=(decision,))
     assert isinstance(admit, act.Admit)
     assert admit.placement == {"n1": 2}
-    assert admit.queue == "ns/q"
+    assert admit.subject.queue == "ns/q"
 
 
 def test_unchanged_pending_reason_writes_nothing() -> None:
@@ -162,8 +165,9 @@ def test_a_queued_job_running_without_admission_is_suspended() -> None:
         pod("a", node="n1"),
         pod("b", phase="Succeeded"),
     )
-    assert isinstance(suspend, act.SuspendUnadmitted)
-    assert [p["metadata"]["name"] for p in suspend.pods] == ["a"]  # only live pods
+    assert isinstance(suspend, act.HoldUnadmitted)
+    deleted = [w.ref.name for w in suspend.writes if isinstance(w, Delete)]
+    assert deleted == ["a"]  # only live pods
 
 
 def test_admission_interrupted_before_unsuspend_is_resumed() -> None:
@@ -180,7 +184,7 @@ def test_gated_members_get_nodes_with_free_slots() -> None:
         pod("p2", gated=True, phase="Pending"),
         pod("p3", gated=True, phase="Pending"),  # beyond the plan
     )
-    bindings = {a.pod["metadata"]["name"]: a.node for a in actions if isinstance(a, act.BindMember)}
+    bindings = {a.pod.ref.name: a.node for a in actions if isinstance(a, act.BindMember)}
     assert bindings == {"p1": "n1", "p2": "n2", "p3": None}
 
 
@@ -333,7 +337,7 @@ def test_queue_and_team_quota_status_is_written_only_when_it_changes() -> None:
     result = CycleResult((), {"team": {"nvidia.com/gpu": 6000}})
     statuses = [
         a
-        for a in Planner(300).plan(state, result, now=NOW)
+        for a in Planner(300).plan(seen(state, NOW), result, now=NOW)
         if isinstance(a, act.QueueStatus | act.TeamQuotaStatus)
     ]
     queue_status = next(a for a in statuses if isinstance(a, act.QueueStatus))
@@ -362,7 +366,7 @@ def test_queue_and_team_quota_status_is_written_only_when_it_changes() -> None:
     )
     again = [
         a
-        for a in Planner(300).plan(state, result, now=NOW)
+        for a in Planner(300).plan(seen(state, NOW), result, now=NOW)
         if isinstance(a, act.QueueStatus | act.TeamQuotaStatus)
     ]
     assert again == []

@@ -11,6 +11,7 @@ from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult
 from queue_controller.kube import nodehealth
 from tests.unit.test_lifecycle import NOW, QUEUE, group, iso, job
+from tests.views import seen
 
 GPU_LIMITS = {"limits": {"nvidia.com/gpu": 4}}
 
@@ -71,7 +72,7 @@ def plan(*objects: dict[str, Any], idle: dict[str, float] | None = None) -> list
     state = ClusterState()
     for obj in objects:
         state.upsert(obj)
-    actions = Planner(300).plan(state, CycleResult((), {}), now=NOW, idle=idle)
+    actions = Planner(300).plan(seen(state, NOW), CycleResult((), {}), now=NOW, idle=idle)
     return [a for a in actions if not isinstance(a, act.QueueStatus | act.TeamQuotaStatus)]
 
 
@@ -99,7 +100,7 @@ def test_under_mark_the_gang_is_flagged_once_and_keeps_running() -> None:
     objects = running_gang(node("n1", unhealthy=[xid79()]), node("n2"))
     (flag,) = plan(queue(onUnhealthy="Mark"), *objects)
     assert isinstance(flag, act.SetCondition)
-    assert (flag.kind, flag.status, flag.reason) == ("GPUUnhealthy", True, "GPUUnhealthy")
+    assert (flag.condition, flag.status, flag.reason) == ("GPUUnhealthy", True, "GPUUnhealthy")
     flagged = {"conditions": [{"type": "GPUUnhealthy", "status": "True"}]}
     objects = running_gang(node("n1", unhealthy=[xid79()]), node("n2"), **flagged)
     assert plan(queue(onUnhealthy="Mark"), *objects) == []
@@ -150,10 +151,10 @@ def test_pods_without_gpus_are_not_hit() -> None:
 
 
 def test_an_idle_gang_is_flagged_and_evicted_only_where_its_queue_opts_in() -> None:
-    idle = {"ns/train": NOW - 3600}
+    idle = {"Job/ns/train": NOW - 3600}
     (flag,) = plan(queue(), *running_gang(), idle=idle)
     assert isinstance(flag, act.SetCondition)
-    assert (flag.kind, flag.status, flag.reason) == ("Idle", True, "GPUIdle")
+    assert (flag.condition, flag.status, flag.reason) == ("Idle", True, "GPUIdle")
     (evict,) = plan(queue(evictIdle=True), *running_gang(), idle=idle)
     assert isinstance(evict, act.Evict)
     assert evict.reason == "Idle"
@@ -163,4 +164,4 @@ def test_the_idle_flag_clears_when_the_gpus_get_busy() -> None:
     flagged = {"conditions": [{"type": "Idle", "status": "True"}]}
     (clear,) = plan(queue(), *running_gang(**flagged))
     assert isinstance(clear, act.SetCondition)
-    assert (clear.kind, clear.status, clear.reason) == ("Idle", False, "GPUActive")
+    assert (clear.condition, clear.status, clear.reason) == ("Idle", False, "GPUActive")

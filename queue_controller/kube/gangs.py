@@ -1,0 +1,245 @@
+"""One typed view per gang: its kind, its objects, its PodGroup, its Queue and the core's workload.
+
+Built by :mod:`queue_controller.kube.snapshot` in the same pass that builds
+the core's snapshot, so the planner, the metrics and the applier read the
+same facts the core decided on, and nothing re-reads a raw object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from queue_controller.api import v1alpha1
+from queue_controller.core.model import PodSet, Queue, Workload, WorkloadPhase
+from queue_controller.kube.fields import epoch_seconds
+from queue_controller.kube.kinds import QUEUE_LABEL, KindGang, WorkloadKind
+from queue_controller.kube.resources import POD_GROUP
+from queue_controller.kube.views import MemberPod, Ref
+
+# Set on every PodGroup the controller creates: which kind of gang it is for.
+WORKLOAD_KIND_LABEL = "queue-controller.io/workload-kind"
+# A PodGroup in these phases holds its quota and planned nodes, even while its
+# gang is still held: the controller wrote the admission and has yet to (or
+# crashed before it could) release the gang.
+HOLDING_PHASES = frozenset({v1alpha1.PodGroupPhase.ADMITTED, v1alpha1.PodGroupPhase.RUNNING})
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A PodGroup, validated, and how to write to it."""
+
+    model: v1alpha1.PodGroup
+    ref: Ref
+
+    @property
+    def phase(self) -> v1alpha1.PodGroupPhase:
+        return self.model.status.phase
+
+    @property
+    def status(self) -> v1alpha1.PodGroupStatus:
+        return self.model.status
+
+    @property
+    def min_member(self) -> int:
+        return self.model.spec.minMember
+
+    def condition_is(self, kind: str, status: str) -> bool:
+        found = self.model.status.condition(kind)
+        return found is not None and found.status == status
+
+
+@dataclass(frozen=True, slots=True)
+class GangView:
+    kind: WorkloadKind
+    gang: KindGang
+    workload: Workload
+    group: GroupView | None
+    queue: Queue | None
+
+    @property
+    def key(self) -> str:
+        return self.workload.key
+
+    @property
+    def namespace(self) -> str:
+        return self.gang.namespace
+
+    @property
+    def name(self) -> str:
+        return self.gang.name
+
+    @property
+    def queue_key(self) -> str:
+        return f"{self.gang.namespace}/{self.gang.facts.queue}"
+
+    @property
+    def phase(self) -> v1alpha1.PodGroupPhase | None:
+        return None if self.group is None else self.group.phase
+
+    @property
+    def members(self) -> tuple[MemberPod, ...]:
+        return tuple(self.gang.members)
+
+    @property
+    def live_pods(self) -> tuple[MemberPod, ...]:
+        return tuple(p for p in self.gang.members if p.live)
+
+    @property
+    def about(self) -> tuple[Ref, ...]:
+        """Where events about the gang go: its head object, if it has one, and its PodGroup."""
+        refs = [self.gang.about] if self.gang.about is not None else []
+        if self.group is not None:
+            refs.append(self.group.ref)
+        return tuple(refs)
+
+    def new_group(self) -> dict[str, Any]:
+        """The PodGroup to create for a gang that has none yet."""
+        facts = self.gang.facts
+        spec: dict[str, Any] = {"queue": facts.queue, "minMember": self.workload.gang_size}
+        if facts.timeout_seconds is not None:
+            spec["timeoutSeconds"] = facts.timeout_seconds
+        return {
+            "apiVersion": POD_GROUP.api_version,
+            "kind": POD_GROUP.kind,
+            "metadata": {
+                "name": self.kind.pod_group_name(self.gang.name),
+                "namespace": self.gang.namespace,
+                "labels": {QUEUE_LABEL: facts.queue, WORKLOAD_KIND_LABEL: self.kind.name},
+                "ownerReferences": self.kind.pod_group_owners(self.gang),
+            },
+            "spec": spec,
+        }
+
+
+class GroupIndex:
+    """PodGroups by what can tie them to a gang: owner uid, owner name, own name."""
+
+    def __init__(self, groups: Iterable[GroupView]) -> None:
+        self._by: dict[tuple[str, str, str], GroupView] = {}
+        self._used: set[int] = set()
+        self._all = list(groups)
+        for group in self._all:
+            meta = group.model.metadata
+            namespace = meta.namespace or "default"
+            for ref in meta.ownerReferences:
+                kind = str(ref.get("kind", ""))
+                if ref.get("uid"):
+                    self._by.setdefault((namespace, kind, f"uid:{ref['uid']}"), group)
+                if ref.get("name"):
+                    self._by.setdefault((namespace, kind, f"name:{ref['name']}"), group)
+            self._by.setdefault((namespace, "", f"own:{meta.name}"), group)
+
+    def find(self, kind: WorkloadKind, gang: KindGang) -> GroupView | None:
+        """The gang's PodGroup: owned by its head object, else named for it.
+
+        An owner reference is matched by uid when both sides have one, else by
+        name; a PodGroup named for the gang but labelled for another kind, or
+        owned by another object, is not this gang's.
+        """
+        namespace = gang.namespace or "default"
+        found: GroupView | None = None
+        head = gang.head_ref
+        if head is not None:
+            if head.uid:
+                found = self._by.get((namespace, head.resource.kind, f"uid:{head.uid}"))
+            if found is None:
+                candidate = self._by.get((namespace, head.resource.kind, f"name:{head.name}"))
+                if candidate is not None and _owner_matches(candidate, head):
+                    found = candidate
+        if found is None:
+            candidate = self._by.get((namespace, "", f"own:{kind.pod_group_name(gang.name)}"))
+            if candidate is not None and _named_for(candidate, kind, head):
+                found = candidate
+        if found is not None:
+            self._used.add(id(found))
+        return found
+
+    def unclaimed(self) -> list[GroupView]:
+        """PodGroups no gang claimed (after every gang was looked up)."""
+        return [g for g in self._all if id(g) not in self._used]
+
+
+def _owner_matches(group: GroupView, head: Ref) -> bool:
+    for ref in group.model.metadata.ownerReferences:
+        if ref.get("kind") != head.resource.kind:
+            continue
+        if ref.get("uid") and head.uid:
+            if ref.get("uid") == head.uid:
+                return True
+        elif ref.get("name") == head.name:
+            return True
+    return False
+
+
+def _named_for(group: GroupView, kind: WorkloadKind, head: Ref | None) -> bool:
+    labelled = group.model.metadata.labels.get(WORKLOAD_KIND_LABEL)
+    if labelled is not None:
+        return labelled == kind.name
+    owners = group.model.metadata.ownerReferences
+    if not owners:
+        return True  # written by hand for the gang: it sets the gang size
+    return (
+        head is not None
+        and any(r.get("kind") == head.resource.kind for r in owners)
+        and (_owner_matches(group, head))
+    )
+
+
+def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> Workload:
+    """The core's view of a gang, with what its PodGroup records."""
+    facts = gang.facts
+    spec_error = facts.spec_error
+    pod_sets = facts.pod_sets
+    requeue_at: float | None = None
+    requeue_count = 0
+    deactivated = False
+    placement: dict[str, int] = {}
+    by_set: dict[str, dict[str, int]] = {}
+    if group is not None:
+        model = group.model
+        if len(pod_sets) == 1 and model.spec.minMember != pod_sets[0].min_count:
+            only = pod_sets[0]
+            pod_sets = (
+                PodSet(only.name, only.template, only.count, model.spec.minMember, only.path),
+            )
+        if model.spec.queue != facts.queue and not spec_error:
+            spec_error = (
+                f"PodGroup {model.metadata.name} names queue {model.spec.queue!r} but the "
+                f"{kind.name} is labelled for queue {facts.queue!r}"
+            )
+        status = model.status
+        requeue_count = status.requeueCount
+        # epoch_seconds: a time written without a zone is UTC, not this machine's zone.
+        requeue_at = epoch_seconds(status.requeueAt) if status.requeueAt else None
+        deactivated = status.phase is v1alpha1.PodGroupPhase.FAILED
+        placement = dict(status.placement)
+        by_set = {name: dict(nodes) for name, nodes in status.podSetPlacement.items()}
+    group_phase = group.phase if group is not None else None
+    if facts.finished:
+        phase = WorkloadPhase.FINISHED
+    elif group_phase in HOLDING_PHASES:
+        phase = WorkloadPhase.ADMITTED
+    elif facts.held:
+        phase = WorkloadPhase.PENDING
+    else:
+        # Running: admitted, or being evicted, or started behind the queue's back.
+        # Either way it uses quota until it is held again.
+        phase = WorkloadPhase.ADMITTED
+    return Workload(
+        namespace=gang.namespace,
+        name=gang.name,
+        queue=facts.queue,
+        pod_sets=pod_sets,
+        phase=phase,
+        created=gang.created,
+        kind=kind.name,
+        requeue_at=requeue_at,
+        requeue_count=requeue_count,
+        deactivated=deactivated,
+        placement=placement,
+        pod_set_placement=by_set,
+        spec_error=spec_error,
+        absent_members=facts.absent_members,
+    )

@@ -1,0 +1,140 @@
+"""The registry of workload kinds: everything that can queue.
+
+Order matters where kinds overlap: a pod is claimed by the first kind that
+says it is a member, so a Job's pods belong to the Job even when they carry
+the queue label that would also make them a plain pod group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from queue_controller.errors import InputError
+from queue_controller.kube.fields import Obj
+from queue_controller.kube.kinds.base import (
+    KUEUE_QUEUE_LABEL,
+    QUEUE_LABEL,
+    QUEUE_LABELS,
+    KindFacts,
+    KindGang,
+    Membership,
+    RbacRule,
+    WebhookRule,
+    WorkloadKind,
+    queue_name,
+)
+from queue_controller.kube.kinds.batchjob import BatchJob
+from queue_controller.kube.resources import CORE, POD, Resource
+from queue_controller.kube.views import MemberPod, member_pod
+
+__all__ = [
+    "KINDS",
+    "KUEUE_QUEUE_LABEL",
+    "QUEUE_LABEL",
+    "QUEUE_LABELS",
+    "WATCHED",
+    "KindFacts",
+    "KindGang",
+    "Membership",
+    "RbacRule",
+    "WebhookRule",
+    "WorkloadKind",
+    "by_name",
+    "claim",
+    "hold_at_creation",
+    "queue_name",
+    "rbac_rules",
+]
+
+KINDS: tuple[WorkloadKind, ...] = (BatchJob(),)
+
+BY_NAME: Mapping[str, WorkloadKind] = {kind.name: kind for kind in KINDS}
+BY_HEAD: Mapping[str, WorkloadKind] = {
+    kind.head.kind: kind for kind in KINDS if kind.head is not None
+}
+# Every resource the controller lists and watches: the core's and the kinds' heads.
+WATCHED: tuple[Resource, ...] = CORE + tuple(k.head for k in KINDS if k.head is not None)
+
+# What the controller itself asks of the API, whatever kinds are registered.  The
+# chart's ClusterRole is checked against rbac_rules() (tests/deploy), and every call
+# the applier makes in the write-side tests is checked against it too.
+CORE_RBAC: tuple[RbacRule, ...] = (
+    *(
+        RbacRule(
+            group=r.group,
+            resources=(r.plural,),
+            verbs=("get", "list", "watch"),
+            why="listed at start-up and watched: the state every cycle reads",
+        )
+        for r in CORE
+    ),
+    RbacRule(
+        group="",
+        resources=("pods",),
+        verbs=("patch", "delete"),
+        why="binding a member (gate off, planned node), deleting members on eviction",
+    ),
+    RbacRule(
+        group="",
+        resources=("nodes", "nodes/status"),
+        verbs=("patch",),
+        why="GPU health from DCGM: the health annotation, taint and GPUHealthy condition",
+    ),
+    RbacRule(
+        group="queue-controller.io",
+        resources=("podgroups",),
+        verbs=("create", "delete"),
+        why="one PodGroup per gang; deleting one whose gang is gone for good",
+    ),
+    RbacRule(
+        group="queue-controller.io",
+        resources=("podgroups/status", "queues/status", "teamquotas/status"),
+        verbs=("patch",),
+        why="phase, reason and placement; queue counts; quota usage",
+    ),
+    RbacRule(group="", resources=("events",), verbs=("create",), why="an Event per decision"),
+    RbacRule(
+        group="apiextensions.k8s.io",
+        resources=("customresourcedefinitions",),
+        verbs=("list", "watch"),
+        why="kopf's resource observer notices our CRDs being installed",
+    ),
+)
+
+
+def rbac_rules() -> tuple[RbacRule, ...]:
+    """Every rule the controller needs cluster-wide: the core's, then each kind's."""
+    return CORE_RBAC + tuple(rule for kind in KINDS for rule in kind.rbac)
+
+
+def by_name(name: str) -> WorkloadKind:
+    return BY_NAME[name]
+
+
+def claim(pod: MemberPod) -> tuple[WorkloadKind, Membership] | None:
+    """The kind (and gang) a pod belongs to: the first kind that claims it."""
+    for kind in KINDS:
+        membership = kind.membership(pod)
+        if membership is not None:
+            return kind, membership
+    return None
+
+
+def hold_at_creation(resource: Resource, obj: Obj) -> Obj:
+    """What the webhook adds to a new object of ``resource``: ``{}`` when it is not ours.
+
+    A pod is held only by the kind that claims it as a member, and only if that
+    kind holds gangs through their pods (a Job's pods are held by the Job).
+    """
+    if resource == POD:
+        try:
+            claimed = claim(member_pod(obj))
+        except InputError:
+            return {}  # the API server will refuse it, or the cycle will report it
+        if claimed is None or claimed[0].webhook.resource != POD:
+            return {}
+        return claimed[0].hold_at_creation(obj)
+    kind = BY_HEAD.get(resource.kind)
+    if kind is None or not kind.is_queued(obj):
+        return {}
+    return kind.hold_at_creation(obj)

@@ -1,0 +1,140 @@
+"""What a workload kind must say for the controller to queue it (Kueue's ``GenericJob``).
+
+A kind is one small adapter.  It names what to watch and the webhook that
+holds new objects; it says which pods are its members and in which pod set;
+it reads a gang's facts (queue, pod sets, finished, held); and it spells the
+writes that hold a gang, release it once admitted, and take it back on
+eviction.  Nothing in ``controller/`` or ``core/`` knows one kind from another:
+adding a kind means a module here, its tests and its RBAC rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from queue_controller.core.model import PodSet
+from queue_controller.kube.fields import Obj
+from queue_controller.kube.resources import Resource
+from queue_controller.kube.views import MemberPod, Ref, Write
+
+QUEUE_LABEL = "queue-controller.io/queue"
+# Kueue's label, accepted so teams can move over without relabelling.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABELS = (QUEUE_LABEL, KUEUE_QUEUE_LABEL)
+
+
+def queue_name(labels: Mapping[str, str]) -> str:
+    """The queue an object asks for: our label first, then Kueue's; ``""`` if neither."""
+    return labels.get(QUEUE_LABEL) or labels.get(KUEUE_QUEUE_LABEL) or ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RbacRule:
+    """What a kind needs of the API beyond the core's reads (listed in the chart's ClusterRole)."""
+
+    group: str
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookRule:
+    """The mutating webhook that holds a kind's new objects before anything runs."""
+
+    resource: Resource
+    operations: tuple[Literal["CREATE", "UPDATE", "DELETE", "CONNECT"], ...] = ("CREATE",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Membership:
+    """A pod claimed by a kind: the workload it belongs to, and its pod set."""
+
+    workload: str  # the workload's name in the pod's namespace
+    pod_set: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KindFacts:
+    """What a kind reads of one gang, for the core and the lifecycle."""
+
+    queue: str
+    pod_sets: tuple[PodSet, ...]
+    held: bool  # nothing of it may run: a suspended Job, gated pods
+    finished: bool
+    succeeded: bool = False
+    # Members the kind expects but that do not exist yet (a pod group short of N).
+    absent_members: int = 0
+    spec_error: str = ""  # why it cannot be admitted as written (names the field)
+    timeout_seconds: int | None = None  # asked for on the object itself
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KindGang:
+    """The objects of one gang as its kind sees them."""
+
+    namespace: str
+    name: str
+    head: Obj | None  # the object the gang is (a Job); None when it is only pods
+    head_ref: Ref | None
+    members: Sequence[MemberPod]
+    facts: KindFacts
+    created: float
+    # Where events about the gang are posted besides its PodGroup.
+    about: Ref | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class WorkloadKind(Protocol):
+    """One kind of workload that can queue."""
+
+    # The core's Workload.kind, part of the workload's key and every decision.
+    name: str
+    # The object that heads a gang, watched and listed; None when pods alone make one.
+    head: Resource | None
+    webhook: WebhookRule
+    rbac: tuple[RbacRule, ...]
+
+    def is_queued(self, obj: Obj) -> bool:
+        """Whether a head object asks for a queue (and is so ours to hold)."""
+        ...
+
+    def membership(self, pod: MemberPod) -> Membership | None:
+        """Whether ``pod`` is a member of one of this kind's gangs, and of which."""
+        ...
+
+    def read(
+        self, *, namespace: str, name: str, head: Obj | None, members: Sequence[MemberPod]
+    ) -> KindGang:
+        """The gang named ``name``: from its head object, or from its member pods alone.
+
+        Raises :class:`InputError` only for what even a broken gang must get
+        right (its name); anything else becomes ``facts.spec_error``.
+        """
+        ...
+
+    def hold_at_creation(self, obj: Obj) -> Obj:
+        """The merge patch the webhook applies to a new object so nothing of it runs."""
+        ...
+
+    def hold(self, gang: KindGang) -> list[Write]:
+        """A gang that runs without an admission: stop it (it is requeued as it is)."""
+        ...
+
+    def release(self, gang: KindGang) -> list[Write]:
+        """An admitted gang: let its members be created; each stays gated until bound."""
+        ...
+
+    def evict(self, gang: KindGang) -> list[Write]:
+        """Take everything back from an evicted gang (its pods are deleted separately)."""
+        ...
+
+    def pod_group_name(self, name: str) -> str:
+        """The name of the gang's PodGroup: distinct from any other kind's of the same name."""
+        ...
+
+    def pod_group_owners(self, gang: KindGang) -> list[Obj]:
+        """Owner references for the gang's PodGroup, so it goes when the gang goes."""
+        ...

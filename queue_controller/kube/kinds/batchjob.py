@@ -1,0 +1,174 @@
+"""``batch/v1`` Job: a gang of ``parallelism`` pods from one template.
+
+Held by ``spec.suspend`` (set by the webhook at creation), released by
+unsuspending it with our scheduling gate added to its pod template, so the
+pods it creates wait for their planned nodes; evicted by suspending it again,
+which makes the Job controller delete its pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from queue_controller.core.model import JOB_TEMPLATE_PATH, one_pod_set
+from queue_controller.errors import InputError
+from queue_controller.kube.fields import Obj, get, objects, strings, timestamp
+from queue_controller.kube.kinds.base import (
+    KindFacts,
+    KindGang,
+    Membership,
+    RbacRule,
+    WebhookRule,
+    queue_name,
+)
+from queue_controller.kube.objects import pod_template
+from queue_controller.kube.resources import ADMISSION_GATE, JOB, Resource
+from queue_controller.kube.views import Delete, MemberPod, Patch, Write, ref_of
+
+FINISHED_CONDITIONS = ("Complete", "Failed")
+# Volcano users set a gang's minimum on the job itself; the PodGroup then carries it.
+MIN_MEMBER_ANNOTATION = "queue-controller.io/min-member"
+TIMEOUT_ANNOTATION = "queue-controller.io/pods-ready-timeout-seconds"
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+POD_SET = "main"
+
+
+def _whole_number(obj: Obj, annotation: str) -> tuple[int | None, str]:
+    raw = get(obj, "metadata.annotations", dict, {}).get(annotation)
+    if raw is None:
+        return None, ""
+    if not isinstance(raw, str) or not raw.isdigit():
+        return None, f"metadata.annotations[{annotation}]: {raw!r} is not a whole number"
+    return int(raw), ""
+
+
+class BatchJob:
+    name: str = "Job"
+    head: Resource | None = JOB
+    webhook: WebhookRule = WebhookRule(resource=JOB)
+    rbac: tuple[RbacRule, ...] = (
+        RbacRule(
+            group="batch",
+            resources=("jobs",),
+            verbs=("get", "list", "watch", "patch"),
+            why="find queued Jobs; suspend, unsuspend and gate their pod template",
+        ),
+        RbacRule(
+            group="batch",
+            resources=("jobs/finalizers",),
+            verbs=("update",),
+            why="a PodGroup's ownerReference to its Job sets blockOwnerDeletion",
+        ),
+    )
+
+    def is_queued(self, obj: Obj) -> bool:
+        return bool(queue_name(strings(obj, "metadata.labels")))
+
+    def membership(self, pod: MemberPod) -> Membership | None:
+        if pod.owner is not None:
+            if pod.owner.kind != "Job":
+                return None
+            return Membership(workload=pod.owner.name, pod_set=POD_SET)
+        name = next((pod.labels[k] for k in JOB_NAME_LABELS if k in pod.labels), "")
+        return Membership(workload=name, pod_set=POD_SET) if name else None
+
+    def read(
+        self, *, namespace: str, name: str, head: Obj | None, members: Sequence[MemberPod]
+    ) -> KindGang:
+        assert head is not None, "a Job gang is read from its Job"
+        labels = strings(head, "metadata.labels")
+        parallelism = get(head, "spec.parallelism", int, 1)
+        completions = get(head, "spec.completions", int, -1)
+        if completions >= 0:
+            parallelism = min(parallelism, completions)
+        parallelism = max(parallelism, 0)
+        finished = succeeded = False
+        for condition in objects(head, "status.conditions"):
+            if condition.get("status") == "True" and condition.get("type") in FINISHED_CONDITIONS:
+                finished, succeeded = True, condition.get("type") == "Complete"
+                break
+        spec_error = ""
+        try:
+            template = pod_template(get(head, JOB_TEMPLATE_PATH, dict, {}))
+        except InputError as error:
+            template = pod_template({})
+            spec_error = str(error.located(field_prefix=JOB_TEMPLATE_PATH))
+            parallelism = 0
+        min_member, annotation_error = _whole_number(head, MIN_MEMBER_ANNOTATION)
+        timeout, _ = _whole_number(head, TIMEOUT_ANNOTATION)
+        facts = KindFacts(
+            queue=queue_name(labels),
+            pod_sets=one_pod_set(
+                template,
+                count=parallelism,
+                min_count=parallelism if min_member is None else min_member,
+                name=POD_SET,
+            ),
+            held=get(head, "spec.suspend", bool, False),
+            finished=finished,
+            succeeded=succeeded,
+            spec_error=spec_error or annotation_error,
+            timeout_seconds=timeout,
+        )
+        head_ref = ref_of(JOB, head)
+        return KindGang(
+            namespace=namespace,
+            name=name,
+            head=head,
+            head_ref=head_ref,
+            members=members,
+            facts=facts,
+            created=timestamp(head, "metadata.creationTimestamp") or 0.0,
+            about=head_ref,
+            labels=labels,
+        )
+
+    def hold_at_creation(self, obj: Obj) -> Obj:
+        # Created suspended, a Job creates no pod until the controller admits it.
+        return {} if get(obj, "spec.suspend", bool, False) else {"spec": {"suspend": True}}
+
+    def hold(self, gang: KindGang) -> list[Write]:
+        assert gang.head_ref is not None
+        # Suspended, the Job controller deletes its pods too; deleting them here
+        # frees their nodes without waiting for it.
+        return [
+            Patch(ref=gang.head_ref, body={"spec": {"suspend": True}}),
+            *(Delete(ref=pod.ref) for pod in gang.members if pod.live),
+        ]
+
+    def release(self, gang: KindGang) -> list[Write]:
+        assert gang.head is not None
+        assert gang.head_ref is not None
+        template = get(gang.head, "spec.template.spec", dict, {})
+        gates = [
+            g for g in template.get("schedulingGates", []) or [] if g.get("name") != ADMISSION_GATE
+        ]
+        body = {
+            "spec": {
+                "suspend": False,
+                "template": {"spec": {"schedulingGates": [*gates, {"name": ADMISSION_GATE}]}},
+            }
+        }
+        return [Patch(ref=gang.head_ref, body=body)]
+
+    def evict(self, gang: KindGang) -> list[Write]:
+        if gang.facts.held:
+            return []
+        assert gang.head_ref is not None
+        return [Patch(ref=gang.head_ref, body={"spec": {"suspend": True}})]
+
+    def pod_group_name(self, name: str) -> str:
+        return name
+
+    def pod_group_owners(self, gang: KindGang) -> list[Obj]:
+        assert gang.head_ref is not None
+        return [
+            {
+                "apiVersion": JOB.api_version,
+                "kind": JOB.kind,
+                "name": gang.name,
+                "uid": gang.head_ref.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]

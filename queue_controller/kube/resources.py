@@ -1,0 +1,61 @@
+"""The API resources the controller reads and writes, as plain descriptors.
+
+A descriptor says where a kind lives in the API (its group/version, plural,
+and whether it is namespaced); the gateway turns it into request paths, kopf
+into watches, the workload kinds into writes and the RBAC tests into rules.
+It lives apart from the gateway so that modules which only *name* a resource
+need not import the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from queue_controller.api import v1alpha1
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def group(self) -> str:
+        """The API group ("" for the core group), as RBAC rules and webhooks name it."""
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def path(self, namespace: str = "", name: str = "", subresource: str = "") -> str:
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        parts = [prefix]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+NODE = Resource("v1", "Node", "nodes", False)
+POD = Resource("v1", "Pod", "pods", True)
+EVENT = Resource("v1", "Event", "events", True)
+JOB = Resource("batch/v1", "Job", "jobs", True)
+PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
+TEAM_QUOTA = Resource(v1alpha1.API_VERSION, "TeamQuota", "teamquotas", False)
+QUEUE = Resource(v1alpha1.API_VERSION, "Queue", "queues", True)
+POD_GROUP = Resource(v1alpha1.API_VERSION, "PodGroup", "podgroups", True)
+
+# What every cycle reads, whatever workload kinds are registered (they add their own).
+CORE = (NODE, POD, PRIORITY_CLASS, TEAM_QUOTA, QUEUE, POD_GROUP)
+
+# Labels and names that several modules spell: one home for each.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# The scheduling gate that holds a gang's member pods until their node is chosen.
+ADMISSION_GATE = "queue-controller.io/admission"
