@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from queue_controller.errors import QueueControllerError
 
@@ -35,6 +37,29 @@ class GatewayError(QueueControllerError):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(f"{status}: {message}")
+
+
+class TransportError(GatewayError):
+    """No usable HTTP answer: the connection was refused, reset or timed out, TLS
+    failed, or the body broke off.  ``status`` is 0 (no status to type it by)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message)
+        self.detail = message
+
+    def __str__(self) -> str:
+        return f"no answer: {self.detail}"
+
+
+def _typed(status: int) -> type[GatewayError]:
+    return {404: NotFound, 409: Conflict, 422: Invalid}.get(status, GatewayError)
+
+
+def _describe(cause: BaseException) -> str:
+    """The innermost reason (urllib3 wraps a refused connection in MaxRetryError)."""
+    reason = getattr(cause, "reason", None)
+    inner = reason if isinstance(reason, BaseException) else cause
+    return f"{type(inner).__name__}: {inner}"
 
 
 class NotFound(GatewayError):
@@ -104,15 +129,30 @@ class Gateway:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self._api.call_api(*serialized, _request_timeout=self._timeout)
-        response.read()  # type: ignore[no-untyped-call]
+        try:
+            response = self._api.call_api(*serialized, _request_timeout=self._timeout)
+            response.read()  # type: ignore[no-untyped-call]
+        except (urllib3.exceptions.HTTPError, OSError) as cause:
+            # Refused, reset, timed out, a broken read: no status to type the error by.
+            raise TransportError(f"{method} {path}: {_describe(cause)}") from cause
+        except ApiException as cause:
+            # The client's own wrapping: status 0 for TLS errors, else a status it gave up on
+            # (a Retry-After answer when client-go retries are on).
+            if not cause.status:
+                raise TransportError(f"{method} {path}: {cause.reason}") from cause
+            raise _typed(cause.status)(cause.status, f"{method} {path}: {cause.reason}") from cause
         raw = response.data or b"{}"
-        data: Obj = json.loads(raw) if raw else {}
+        try:
+            data: Obj = json.loads(raw) if raw else {}
+        except ValueError:  # a proxy's HTML page, say: the status still tells what happened
+            data = {}
+            if 200 <= response.status < 300:
+                message = f"{method} {path}: the answer is not JSON"
+                raise GatewayError(response.status, message) from None
         if 200 <= response.status < 300:
             return data
         message = data.get("message") or response.reason or "request failed"
-        error = {404: NotFound, 409: Conflict, 422: Invalid}.get(response.status, GatewayError)
-        raise error(response.status, f"{method} {path}: {message}")
+        raise _typed(response.status)(response.status, f"{method} {path}: {message}")
 
     # -- reading ------------------------------------------------------------------
 
