@@ -2,9 +2,12 @@
 
 Objects go in and come out as raw camelCase dicts, the same shape kopf
 delivers and dumps hold, so the rest of the code has one reader for them.
-Every write is a JSON merge patch that carries the ``resourceVersion`` it was
-computed from, so a stale write fails with :class:`Conflict` instead of
-overwriting someone else's change; the caller recomputes next cycle.
+A patch is a JSON merge patch (strategic, for lists that other writers share)
+and carries the ``resourceVersion`` it was computed from when the caller gives
+one, so a stale write fails with :class:`Conflict` instead of overwriting
+someone else's change; the caller recomputes next cycle.  Creates and deletes
+carry no version.  A request that gets no usable answer raises
+:class:`TransportError`, so every failure is a :class:`GatewayError`.
 
 The API client is injected (as httpx injects a transport): tests point it at
 the real local cluster, and nothing is patched.
