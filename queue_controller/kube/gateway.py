@@ -2,9 +2,12 @@
 
 Objects go in and come out as raw camelCase dicts, the same shape kopf
 delivers and dumps hold, so the rest of the code has one reader for them.
-Every write is a JSON merge patch that carries the ``resourceVersion`` it was
-computed from, so a stale write fails with :class:`Conflict` instead of
-overwriting someone else's change; the caller recomputes next cycle.
+A patch is a JSON merge patch (strategic, for lists that other writers share)
+and carries the ``resourceVersion`` it was computed from when the caller gives
+one, so a stale write fails with :class:`Conflict` instead of overwriting
+someone else's change; the caller recomputes next cycle.  Creates and deletes
+carry no version.  A request that gets no usable answer raises
+:class:`TransportError`, so every failure is a :class:`GatewayError`.
 
 The API client is injected (as httpx injects a transport): tests point it at
 the real local cluster, and nothing is patched.
@@ -18,7 +21,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from queue_controller.errors import QueueControllerError
 from queue_controller.kube.resources import (
@@ -65,6 +70,29 @@ class GatewayError(QueueControllerError):
         super().__init__(f"{status}: {message}")
 
 
+class TransportError(GatewayError):
+    """No usable HTTP answer: the connection was refused, reset or timed out, TLS
+    failed, or the body broke off.  ``status`` is 0 (no status to type it by)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message)
+        self.detail = message
+
+    def __str__(self) -> str:
+        return f"no answer: {self.detail}"
+
+
+def _typed(status: int) -> type[GatewayError]:
+    return {404: NotFound, 409: Conflict, 422: Invalid}.get(status, GatewayError)
+
+
+def _describe(cause: BaseException) -> str:
+    """The innermost reason (urllib3 wraps a refused connection in MaxRetryError)."""
+    reason = getattr(cause, "reason", None)
+    inner = reason if isinstance(reason, BaseException) else cause
+    return f"{type(inner).__name__}: {inner}"
+
+
 class NotFound(GatewayError):
     """404: the object is gone; treat it as deleted."""
 
@@ -105,15 +133,30 @@ class Gateway:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self._api.call_api(*serialized, _request_timeout=self._timeout)
-        response.read()  # type: ignore[no-untyped-call]
+        try:
+            response = self._api.call_api(*serialized, _request_timeout=self._timeout)
+            response.read()  # type: ignore[no-untyped-call]
+        except (urllib3.exceptions.HTTPError, OSError) as cause:
+            # Refused, reset, timed out, a broken read: no status to type the error by.
+            raise TransportError(f"{method} {path}: {_describe(cause)}") from cause
+        except ApiException as cause:
+            # The client's own wrapping: status 0 for TLS errors, else a status it gave up on
+            # (a Retry-After answer when client-go retries are on).
+            if not cause.status:
+                raise TransportError(f"{method} {path}: {cause.reason}") from cause
+            raise _typed(cause.status)(cause.status, f"{method} {path}: {cause.reason}") from cause
         raw = response.data or b"{}"
-        data: Obj = json.loads(raw) if raw else {}
+        try:
+            data: Obj = json.loads(raw) if raw else {}
+        except ValueError:  # a proxy's HTML page, say: the status still tells what happened
+            data = {}
+            if 200 <= response.status < 300:
+                message = f"{method} {path}: the answer is not JSON"
+                raise GatewayError(response.status, message) from None
         if 200 <= response.status < 300:
             return data
         message = data.get("message") or response.reason or "request failed"
-        error = {404: NotFound, 409: Conflict, 422: Invalid}.get(response.status, GatewayError)
-        raise error(response.status, f"{method} {path}: {message}")
+        raise _typed(response.status)(response.status, f"{method} {path}: {message}")
 
     # -- reading ------------------------------------------------------------------
 

@@ -7,35 +7,48 @@ The real core runs over the examples on the default fake GPU nodes, exactly as
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from queue_controller import nodepools
+from queue_controller.api import v1alpha1
+from queue_controller.controller.lifecycle import pod_group_for
+from queue_controller.controller.status import conditions_with
 from queue_controller.core import schedule
+from queue_controller.core.decisions import Decision
 from queue_controller.dump import load_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_jobs_are_decided_as_the_examples_say() -> None:
-    objects = [
+def _examples() -> list[dict[str, Any]]:
+    return [
         doc
         for path in sorted((ROOT / "examples").glob("*.yaml"))
         for doc in yaml.safe_load_all(path.read_text())
         if doc
     ]
+
+
+def _decide(objects: list[dict[str, Any]]) -> dict[str, Decision]:
+    """The core's first cycle over the examples on the demo's nodes, as `make run` starts."""
     jobs = [obj for obj in objects if obj["kind"] == "Job"]
     for second, obj in enumerate(jobs):
         obj["spec"]["suspend"] = True  # what the controller's webhook does on creation
         # `make run` submits them a second apart, in file order.
         obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
-    for node in nodepools.load(ROOT / "deploy/local-cluster/nodes.yaml").nodes():
+    nodes = nodepools.load(ROOT / "deploy/local-cluster/nodes.yaml").nodes()
+    for node in nodes:
         node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]  # as kwok reports
-        objects.append(node)
     snapshot, _ = load_snapshot(
-        [("examples", yaml.safe_dump_all(objects))], now=0.0, ignore_unknown=True
+        [("examples", yaml.safe_dump_all([*objects, *nodes]))], now=0.0, ignore_unknown=True
     )
-    decisions = {d.workload: d for d in schedule(snapshot).decisions}
+    return {d.workload: d for d in schedule(snapshot).decisions}
+
+
+def test_demo_jobs_are_decided_as_the_examples_say() -> None:
+    decisions = _decide(_examples())
     got = {key: (d.verdict.value, d.reason.value) for key, d in decisions.items()}
     assert got == {
         "research/pretrain-llm": ("Pending", "QuotaExceeded"),
@@ -47,3 +60,36 @@ def test_demo_jobs_are_decided_as_the_examples_say() -> None:
         "prod/eval-bert": ("Pending", "WaitingForHead"),
     }
     assert "borrowing 8 nvidia.com/gpu from its cohort" in decisions["research/sweep"].message
+
+
+def test_the_podgroup_example_is_what_the_controller_writes_for_its_job() -> None:
+    objects = _examples()
+    (group,) = [obj for obj in objects if obj["kind"] == "PodGroup"]
+    v1alpha1.PodGroup.model_validate(group)
+    name = f"{group['metadata']['namespace']}/{group['metadata']['name']}"
+    (job,) = [
+        obj
+        for obj in objects
+        if obj["kind"] == "Job"
+        and f"{obj['metadata']['namespace']}/{obj['metadata']['name']}" == name
+    ]
+    job = {**job, "metadata": {**job["metadata"], "uid": "the-uid"}}
+    created = pod_group_for(job)
+    assert group["spec"] == created["spec"]
+    assert group["metadata"]["labels"] == created["metadata"]["labels"]
+    owners = [{**ref, "uid": "the-uid"} for ref in group["metadata"]["ownerReferences"]]
+    assert owners == created["metadata"]["ownerReferences"]
+
+    # Its status is the first cycle's Pending write (MarkPending): phase, reason,
+    # message, and the Admitted condition, in the core's words.
+    decision = _decide([obj for obj in objects if obj["kind"] != "PodGroup"])[name]
+    status = group["status"]
+    assert set(status) == {"phase", "reason", "message", "conditions"}
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "Pending",
+        decision.reason.value,
+        decision.message,
+    )
+    (admitted,) = status["conditions"]
+    written = conditions_with({}, 0.0, ("Admitted", False, decision.reason.value, decision.message))
+    assert admitted == {**written[0], "lastTransitionTime": admitted["lastTransitionTime"]}
