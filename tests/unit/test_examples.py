@@ -13,11 +13,12 @@ import yaml
 
 from queue_controller import nodepools
 from queue_controller.api import v1alpha1
-from queue_controller.controller.lifecycle import pod_group_for
+from queue_controller.controller.state import ClusterState
 from queue_controller.controller.status import conditions_with
 from queue_controller.core import schedule
 from queue_controller.core.decisions import Decision
 from queue_controller.dump import load_snapshot
+from tests.views import seen
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +45,7 @@ def _decide(objects: list[dict[str, Any]]) -> dict[str, Decision]:
     snapshot, _ = load_snapshot(
         [("examples", yaml.safe_dump_all([*objects, *nodes]))], now=0.0, ignore_unknown=True
     )
-    return {d.workload: d for d in schedule(snapshot).decisions}
+    return {d.workload: d for d in schedule(snapshot).decisions if d.kind == "Job"}
 
 
 def test_demo_jobs_are_decided_as_the_examples_say() -> None:
@@ -74,7 +75,10 @@ def test_the_podgroup_example_is_what_the_controller_writes_for_its_job() -> Non
         and f"{obj['metadata']['namespace']}/{obj['metadata']['name']}" == name
     ]
     job = {**job, "metadata": {**job["metadata"], "uid": "the-uid"}}
-    created = pod_group_for(job)
+    state = ClusterState()
+    state.upsert(job)
+    (gang,) = seen(state, 0.0).gangs
+    created = gang.new_group()
     assert group["spec"] == created["spec"]
     assert group["metadata"]["labels"] == created["metadata"]["labels"]
     owners = [{**ref, "uid": "the-uid"} for ref in group["metadata"]["ownerReferences"]]
@@ -91,5 +95,7 @@ def test_the_podgroup_example_is_what_the_controller_writes_for_its_job() -> Non
         decision.message,
     )
     (admitted,) = status["conditions"]
-    written = conditions_with({}, 0.0, ("Admitted", False, decision.reason.value, decision.message))
+    written = conditions_with(
+        None, 0.0, ("Admitted", False, decision.reason.value, decision.message)
+    )
     assert admitted == {**written[0], "lastTransitionTime": admitted["lastTransitionTime"]}

@@ -20,9 +20,10 @@ from kubernetes import client
 
 from queue_controller.controller import actions as act
 from queue_controller.controller.apply import Applier
+from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.kube import gateway as gw
-from queue_controller.metrics import Metrics
+from queue_controller.kube.views import Ref
 
 
 def _gateway(port: int, *, timeout: float = 5.0) -> gw.Gateway:
@@ -140,7 +141,7 @@ CALLS: dict[str, tuple[str, Callable[[gw.Gateway], object]]] = {
 
 
 def _raises_transport(call: Callable[[gw.Gateway], object], gateway: gw.Gateway) -> str:
-    with pytest.raises(getattr(gw, "TransportError", gw.GatewayError)) as caught:
+    with pytest.raises(gw.TransportError) as caught:
         call(gateway)
     error = caught.value
     assert isinstance(error, gw.GatewayError)
@@ -193,26 +194,22 @@ def test_an_answer_that_is_not_json_keeps_its_status(
     server = serve(_not_json)
     with pytest.raises(gw.GatewayError) as caught:
         _gateway(server.port).get(gw.JOB, "team", "train")
-    assert not isinstance(caught.value, getattr(gw, "TransportError", gw.GatewayError))
+    assert not isinstance(caught.value, gw.TransportError)
     assert caught.value.status == 502
     assert "GET /apis/batch/v1/namespaces/team/jobs/train" in str(caught.value)
 
 
 def test_a_delete_on_a_closed_port_is_not_taken_for_already_gone() -> None:
-    with pytest.raises(getattr(gw, "TransportError", gw.GatewayError)):
+    with pytest.raises(gw.TransportError):
         _gateway(_closed_port()).delete(gw.JOB, "team", "train")
 
 
 def test_the_applier_counts_a_transport_error_as_a_failed_action() -> None:
     """What the error is for: a cycle's apply_all logs it and goes on."""
     applier = Applier(_gateway(_closed_port()), ClusterState(), None, Metrics(), clock=time.time)
-    queue = {
-        "apiVersion": "queue-controller.io/v1alpha1",
-        "kind": "Queue",
-        "metadata": {"namespace": "team", "name": "batch", "resourceVersion": "3"},
-    }
+    queue = Ref(gw.QUEUE, "team", "batch", "uid", "3")
     actions: list[act.Action] = [
-        act.QueueStatus(queue=queue, counts={"pending": 1}),
-        act.QueueStatus(queue=queue, counts={"pending": 2}),
+        act.QueueStatus(queue=queue, current={}, counts={"pending": 1}),
+        act.QueueStatus(queue=queue, current={}, counts={"pending": 2}),
     ]
     assert asyncio.run(applier.apply_all(actions)) == 2
