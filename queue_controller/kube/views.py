@@ -71,6 +71,7 @@ class Owner:
     kind: str
     name: str
     uid: str
+    api_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,10 @@ def _owner(obj: Obj) -> Owner | None:
     for ref in objects(obj, "metadata.ownerReferences"):
         if ref.get("controller", False):
             return Owner(
-                str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", ""))
+                str(ref.get("kind", "")),
+                str(ref.get("name", "")),
+                str(ref.get("uid", "")),
+                str(ref.get("apiVersion", "")),
             )
     return None
 
