@@ -68,6 +68,8 @@ def _prepare(workload: Workload, priorities: PriorityTable) -> _Prepared:
         return _Prepared(workload, priority, (), message)
 
     if not workload.pod_sets:
+        if workload.absent_members and not workload.spec_error:
+            return _Prepared(workload, 0, (), "")  # none of its members exists yet
         return invalid(0, workload.spec_error or f"the {workload.kind} has no pods to run")
     # Priority first, so an invalid gang is still listed where it would have queued.
     first = workload.pod_sets[0]

@@ -1,9 +1,11 @@
 """The admission cycle: ordering, reasons, quota charging and capacity bookkeeping."""
 
 from queue_controller.core import (
+    PodSet,
     PriorityClass,
     Reason,
     Verdict,
+    Workload,
     WorkloadPhase,
     schedule,
 )
@@ -354,3 +356,84 @@ def test_a_failure_is_not_reused_once_something_was_admitted_after_it() -> None:
     assert decisions["ns/big1"].reason is decisions["ns/big2"].reason is Reason.QUOTA_EXCEEDED
     assert "only 12 available" in decisions["ns/big1"].message
     assert "only 8 available" in decisions["ns/big2"].message
+
+
+def test_a_gang_short_of_members_waits_for_them_and_holds_up_no_strict_fifo_queue() -> None:
+    short = gang("short", 2, created=1.0, absent_members=1)
+    none_yet = Workload(
+        namespace="ns", name="empty", queue="q", pod_sets=(), created=2.0, absent_members=3
+    )
+    later = gang("later", 1, created=3.0)
+    result = schedule(
+        snapshot(
+            nodes=[gpu_node("n0", 8)],
+            workloads=[short, none_yet, later],
+            queues=[queue(ordering=Ordering.STRICT_FIFO)],
+        )
+    )
+    by_name = {d.workload: d for d in result.decisions}
+    assert by_name["ns/short"].reason is Reason.WAITING_FOR_MEMBERS
+    assert by_name["ns/short"].message.startswith("2 of 3 members exist")
+    assert by_name["ns/empty"].reason is Reason.WAITING_FOR_MEMBERS
+    assert by_name["ns/empty"].message.startswith("0 of 3 members exist")
+    assert by_name["ns/later"].verdict is Verdict.ADMIT
+
+
+def _two_sets(name: str, workers: int, gpus_each: int, *, created: float = 0.0) -> Workload:
+    launcher = PodSet("launcher", template(0), count=1, min_count=1, path="spec")
+    worker = PodSet("workers", template(gpus_each), count=workers, min_count=workers, path="spec")
+    return Workload(
+        namespace="ns",
+        name=name,
+        queue="q",
+        pod_sets=(launcher, worker),
+        created=created,
+        kind="Pod",
+    )
+
+
+def test_a_gang_of_two_pod_sets_is_placed_set_by_set() -> None:
+    result = schedule(
+        snapshot(nodes=[gpu_node("n0", 8), gpu_node("n1", 8)], workloads=[_two_sets("mpi", 4, 4)])
+    )
+    (decision,) = result.decisions
+    assert decision.verdict is Verdict.ADMIT
+    assert decision.kind == "Pod"
+    assert sum(decision.pod_set_placement["workers"].values()) == 4
+    assert sum(decision.pod_set_placement["launcher"].values()) == 1
+    assert sum(decision.placement.values()) == 5
+    assert decision.as_dict()["podSets"] == {
+        name: dict(nodes) for name, nodes in decision.pod_set_placement.items()
+    }
+
+
+def test_a_pod_set_that_does_not_fit_gives_back_what_the_earlier_sets_took() -> None:
+    # The launcher fits, the 3 x 8-GPU workers do not: nothing of the gang is kept,
+    # so the single 8-GPU gang after it still finds both nodes free.
+    big = _two_sets("mpi", 3, 8, created=1.0)
+    launcher_only = PodSet("launcher", template(8), count=1, min_count=1, path="spec")
+    big = Workload(
+        namespace="ns",
+        name="mpi",
+        queue="q",
+        pod_sets=(launcher_only, big.pod_sets[1]),
+        created=1.0,
+        kind="Pod",
+    )
+    after = gang("after", 2, 8, created=2.0)
+    result = schedule(
+        snapshot(nodes=[gpu_node("n0", 8), gpu_node("n1", 8)], workloads=[big, after])
+    )
+    by_name = {d.workload: d for d in result.decisions}
+    assert by_name["ns/mpi"].reason is Reason.NO_NODE_FIT
+    assert by_name["ns/mpi"].message.startswith("pod set workers: ")
+    assert by_name["ns/after"].verdict is Verdict.ADMIT
+
+
+def test_a_job_and_a_pod_group_of_one_name_are_two_gangs() -> None:
+    job = gang("train", 1, 8, created=1.0)
+    pods = _two_sets("train", 1, 8, created=2.0)
+    result = schedule(snapshot(nodes=[gpu_node("n0", 8), gpu_node("n1", 8)], workloads=[job, pods]))
+    assert sorted(d.key for d in result.decisions) == ["Job/ns/train", "Pod/ns/train"]
+    assert all(d.verdict is Verdict.ADMIT for d in result.decisions)
+    assert set(result.decisions[0].placement) != set(result.decisions[1].placement)
