@@ -120,7 +120,7 @@ class Planner:
             return out + flagged + self._admitted(gang, now)
         if phase in (PodGroupPhase.EVICTED, PodGroupPhase.FAILED):
             assert gang.group is not None
-            live = gang.live_pods
+            live = _holding(gang)
             if facts.held and not live and phase is PodGroupPhase.FAILED:
                 return out
             requeued = phase is PodGroupPhase.EVICTED and facts.held and not live
@@ -172,7 +172,7 @@ class Planner:
         who = subject(gang)
         live = gang.live_pods
         status = group.status
-        if gang.gang.facts.held:
+        if gang.gang.facts.held and not gang.kind.held_until_bound:
             if group.phase is PodGroupPhase.ADMITTED and not live:
                 return [
                     act.ResumeAdmission(subject=who, release=tuple(gang.kind.release(gang.gang)))
@@ -272,6 +272,17 @@ class Planner:
             requeue=requeue(policy, previous=group.status.requeueCount, now=now),
             partial_since=since,
         )
+
+
+def _holding(gang: GangView) -> tuple[MemberPod, ...]:
+    """The live members an evicted gang must still give back.
+
+    Where the kind holds each member by its gate, a gated member holds nothing:
+    it is a member the owner made again after the eviction, waiting to queue.
+    """
+    if not gang.kind.held_until_bound:
+        return gang.live_pods
+    return tuple(p for p in gang.live_pods if not (p.gated and not p.node_name))
 
 
 def _flag(

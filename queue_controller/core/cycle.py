@@ -86,7 +86,7 @@ def _prepare(workload: Workload, priorities: PriorityTable) -> _Prepared:
     if workload.spec_error:
         return invalid(priority, workload.spec_error)
     for pod_set in workload.pod_sets:
-        if pod_set.min_count > pod_set.count:
+        if pod_set.min_count > pod_set.count and not workload.absent_members:
             of_set = f" in pod set {pod_set.name}" if len(workload.pod_sets) > 1 else ""
             return invalid(
                 priority,

@@ -97,7 +97,8 @@ class GangView:
     def new_group(self) -> dict[str, Any]:
         """The PodGroup to create for a gang that has none yet."""
         facts = self.gang.facts
-        spec: dict[str, Any] = {"queue": facts.queue, "minMember": self.workload.gang_size}
+        size = facts.gang_size if facts.gang_size is not None else self.workload.gang_size
+        spec: dict[str, Any] = {"queue": facts.queue, "minMember": size}
         if facts.timeout_seconds is not None:
             spec["timeoutSeconds"] = facts.timeout_seconds
         return {

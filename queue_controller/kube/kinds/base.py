@@ -69,6 +69,9 @@ class KindFacts:
     absent_members: int = 0
     spec_error: str = ""  # why it cannot be admitted as written (names the field)
     timeout_seconds: int | None = None  # asked for on the object itself
+    # Members placed together, when the kind says (a pod group's total count); else
+    # the sum of its pod sets' min_count.  Written to the PodGroup's minMember.
+    gang_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +99,11 @@ class WorkloadKind(Protocol):
     head: Resource | None
     webhook: WebhookRule
     rbac: tuple[RbacRule, ...]
+    # True when the hold is on each member pod (a scheduling gate) and binding a member
+    # lifts it: an admitted gang is then still "held" until its members are bound, and
+    # that is not someone else holding it.  False when the hold is on the gang's head
+    # object (a Job's suspend), which the release lifts at once.
+    held_until_bound: bool
 
     def is_queued(self, obj: Obj) -> bool:
         """Whether a head object asks for a queue (and is so ours to hold)."""

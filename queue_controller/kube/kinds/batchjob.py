@@ -46,6 +46,7 @@ class BatchJob:
     name: str = "Job"
     head: Resource | None = JOB
     webhook: WebhookRule = WebhookRule(resource=JOB)
+    held_until_bound: bool = False
     rbac: tuple[RbacRule, ...] = (
         RbacRule(
             group="batch",
