@@ -20,9 +20,12 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 # Only what admission and gang tracking read is kept of a Pod: clusters run many.
+# A pod can be a gang's member (a plain pod group), so where it may run is kept too.
 _POD_SPEC_FIELDS = (
     "nodeName",
     "nodeSelector",
+    "affinity",
+    "tolerations",
     "containers",
     "initContainers",
     "overhead",

@@ -48,6 +48,17 @@ def test_every_accepted_change_wakes_the_loop() -> None:
     assert state.generation == generation
 
 
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]}
+            ]
+        }
+    }
+}
+
+
 def test_pods_are_kept_slim() -> None:
     pod = {
         "apiVersion": "v1",
@@ -64,6 +75,8 @@ def test_pods_are_kept_slim() -> None:
                 }
             ],
             "volumes": [{"name": "v"}],
+            "affinity": AFFINITY,
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
         },
         "status": {"phase": "Running", "conditions": [], "containerStatuses": [{"name": "c"}]},
     }
@@ -72,6 +85,9 @@ def test_pods_are_kept_slim() -> None:
         "nodeName": "n1",
         "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
         "initContainers": [],
+        # A plain pod group's members are placed by their own constraints.
+        "affinity": AFFINITY,
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
     }
     assert slim["status"] == {"phase": "Running", "conditions": []}
 
