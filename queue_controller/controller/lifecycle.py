@@ -50,7 +50,7 @@ def subject(gang: GangView) -> act.Subject:
     return act.Subject(
         kind=gang.kind.name,
         namespace=gang.namespace,
-        name=gang.name,
+        name=gang.workload.name,
         uid=uid,
         queue=gang.queue_key,
         about=gang.about,

@@ -278,7 +278,7 @@ class Workload:
 
     @property
     def key(self) -> str:
-        """Unique in a cluster: a Job and a pod group of one name never collide."""
+        """Unique in a cluster, whatever the adapters name their workloads."""
         return f"{self.kind}/{self.namespace}/{self.name}"
 
     @property

@@ -230,7 +230,9 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         phase = WorkloadPhase.ADMITTED
     return Workload(
         namespace=gang.namespace,
-        name=gang.name,
+        # Named as its PodGroup is: what `kubectl get podgroups`, `plan` and the journal
+        # all show, and unique in a namespace whatever the kind.
+        name=kind.pod_group_name(gang.name),
         queue=facts.queue,
         pod_sets=pod_sets,
         phase=phase,

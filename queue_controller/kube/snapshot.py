@@ -291,8 +291,9 @@ def _bound_pods(
 ) -> list[BoundPod]:
     owner_of: dict[int, str] = {}
     for (kind_name, namespace, name), group in members.items():
+        workload = kinds.by_name(kind_name).pod_group_name(name)
         for pod in group:
-            owner_of[id(pod)] = f"{kind_name}/{namespace}/{name}"
+            owner_of[id(pod)] = f"{kind_name}/{namespace}/{workload}"
     out = []
     for item, pod in pods:
         if not pod.node_name:
