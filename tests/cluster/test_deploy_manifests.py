@@ -18,8 +18,12 @@ import pytest
 import yaml
 from cryptography import x509
 
+from queue_controller.kube import kinds
 from tests.cluster.conftest import ROOT, Cluster
 from tests.deploy.chart import CHART, MANIFESTS, Doc, helm, one, render, required_rules
+
+# One webhook per workload kind and queue label (ours, then Kueue's).
+WEBHOOKS = len(kinds.KINDS) * len(kinds.QUEUE_LABELS)
 
 pytestmark = pytest.mark.cluster
 SYSTEM = "queue-controller-system"
@@ -218,13 +222,13 @@ def test_webhook_certs_script_fills_secret_and_ca_bundle(cluster: Cluster, names
             )
             return [base64.b64decode(w["clientConfig"]["caBundle"]) for w in live["webhooks"]]
 
-        assert bundles() == [data["ca.crt"], data["ca.crt"]]
+        assert bundles() == [data["ca.crt"]] * WEBHOOKS
         again = subprocess.run(
             [str(script)], env=environment, capture_output=True, text=True, timeout=120
         )
         assert again.returncode == 0, again.stderr
         assert "reusing the CA" in again.stdout
-        assert bundles() == [data["ca.crt"], data["ca.crt"]]
+        assert bundles() == [data["ca.crt"]] * WEBHOOKS
     finally:
         run_kubectl(cluster, "delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
 

@@ -24,6 +24,7 @@ from queue_controller.kube.kinds.base import (
     queue_name,
 )
 from queue_controller.kube.kinds.batchjob import BatchJob
+from queue_controller.kube.kinds.plainpods import PlainPods
 from queue_controller.kube.resources import CORE, POD, Resource
 from queue_controller.kube.views import MemberPod, member_pod
 
@@ -46,7 +47,7 @@ __all__ = [
     "rbac_rules",
 ]
 
-KINDS: tuple[WorkloadKind, ...] = (BatchJob(),)
+KINDS: tuple[WorkloadKind, ...] = (BatchJob(), PlainPods())
 
 BY_NAME: Mapping[str, WorkloadKind] = {kind.name: kind for kind in KINDS}
 BY_HEAD: Mapping[str, WorkloadKind] = {
