@@ -92,6 +92,15 @@ class Applier:
         )
         self.state.upsert(updated)
 
+    def _latest(self, group: PodGroup, ref: Ref) -> PodGroup:
+        """The PodGroup to build a status on: as our own write earlier in this cycle left
+        it, else as the action was planned on.  A merge patch replaces ``conditions``
+        whole, so conditions built on the planned copy would undo that earlier write."""
+        if (ref.resource.kind, ref.namespace, ref.name) not in self._written:
+            return group
+        held = self.state.get(ref.resource.kind, ref.namespace, ref.name)
+        return pod_group(held) if held is not None else group
+
     async def _patch(self, ref: Ref, patch: Obj, *, status: bool = False) -> Obj:
         updated = await self._call(
             self.gateway.patch,
@@ -196,6 +205,7 @@ class Applier:
             if created is None:
                 return
             current, ref = created
+        current = self._latest(current, ref)
         now = self.clock()
         status: Obj = {
             "phase": "Admitted",
@@ -257,7 +267,9 @@ class Applier:
             "reason": "PodsReady",
             "message": f"{action.running} members running",
             "conditions": conditions_with(
-                action.group, now, ("PodsReady", True, "PodsReady", "every member runs")
+                self._latest(action.group, action.group_ref),
+                now,
+                ("PodsReady", True, "PodsReady", "every member runs"),
             ),
         }
         if action.group.status.runningAt is None:
@@ -277,7 +289,9 @@ class Applier:
             "reason": "MembersLost",
             "message": message,
             "conditions": conditions_with(
-                action.group, now, ("PodsReady", False, "MembersLost", message)
+                self._latest(action.group, action.group_ref),
+                now,
+                ("PodsReady", False, "MembersLost", message),
             ),
         }
         await self._patch(action.group_ref, {"status": status}, status=True)
@@ -294,7 +308,7 @@ class Applier:
             note = f"requeued ({requeue.count}); eligible again at {iso(requeue.at)}"
             requeued = ("Requeued", True, "Backoff", note)
         conditions = conditions_with(
-            action.group,
+            self._latest(action.group, action.group_ref),
             now,
             ("Admitted", False, "Evicted", action.message),
             ("PodsReady", False, action.reason, action.message),
@@ -349,7 +363,8 @@ class Applier:
     @apply.register
     async def _set_condition(self, action: act.SetCondition) -> None:
         update = (action.condition, action.status, action.reason, action.message)
-        status = {"conditions": conditions_with(action.group, self.clock(), update)}
+        latest = self._latest(action.group, action.group_ref)
+        status = {"conditions": conditions_with(latest, self.clock(), update)}
         await self._patch(action.group_ref, {"status": status}, status=True)
         await self._event(action.group_ref, action.reason, action.message, warning=action.warning)
         self._journal(action.subject, JournalEvent.FLAGGED, action.reason, action.message)
@@ -380,6 +395,7 @@ class Applier:
             if created is None:
                 return
             group, ref = created
+        group = self._latest(group, ref)
         now = self.clock()
         status = {
             "phase": "Pending",
@@ -418,7 +434,11 @@ class Applier:
             "running": 0,
             "reason": reason,
             "message": message,
-            "conditions": conditions_with(action.group, now, ("Finished", True, reason, message)),
+            "conditions": conditions_with(
+                self._latest(action.group, action.group_ref),
+                now,
+                ("Finished", True, reason, message),
+            ),
         }
         await self._patch(action.group_ref, {"status": status}, status=True)
         await self._event(action.group_ref, "Finished", message)

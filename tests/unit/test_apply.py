@@ -1,0 +1,438 @@
+"""The write side: the Applier carries out real planner decisions against a fake Gateway.
+
+Each test builds raw objects, seeds the fake and a ClusterState with the same ones,
+translates and plans as a cycle does, applies, and then reads what the fake was sent
+and what it holds.  No watch event is ever delivered unless a test says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import dataclass
+from typing import Any, get_args
+
+import pytest
+
+from queue_controller.controller import actions as act
+from queue_controller.controller.apply import Applier
+from queue_controller.controller.lifecycle import Planner
+from queue_controller.controller.metrics import Metrics
+from queue_controller.controller.state import ClusterState
+from queue_controller.core import CycleResult, Decision, Reason, Verdict
+from queue_controller.kube import gateway as gw
+from queue_controller.kube import kinds
+from queue_controller.kube.gangs import WORKLOAD_KIND_LABEL
+from queue_controller.kube.resources import ADMISSION_GATE
+from tests.fakes.gateway import Call, FakeGateway, merge_patch
+from tests.unit.test_lifecycle import NOW, QUEUE, group, iso, job, pod
+from tests.views import seen
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Cluster:
+    fake: FakeGateway
+    state: ClusterState
+    applier: Applier
+
+    def plan(
+        self, *decisions: Decision, usage: dict[str, dict[str, int]] | None = None
+    ) -> list[act.Action]:
+        """What the planner decides from the controller's state, as a cycle would."""
+        result = CycleResult(decisions, usage or {})
+        return Planner(300).plan(seen(self.state, NOW), result, now=NOW)
+
+    def apply(self, actions: list[act.Action]) -> int:
+        return asyncio.run(self.applier.apply_all(actions))
+
+    def cycle(self, *decisions: Decision, usage: dict[str, dict[str, int]] | None = None) -> int:
+        return self.apply(self.plan(*decisions, usage=usage))
+
+    def held(self, kind: str, name: str, namespace: str = "ns") -> Obj:
+        obj = self.fake.held(kind, namespace, name)
+        assert obj is not None, f"the fake holds no {kind} {namespace}/{name}"
+        return obj
+
+    def watch(self, kind: str, name: str, namespace: str = "ns") -> None:
+        """Deliver the watch event for the fake's current object."""
+        self.state.upsert(self.held(kind, name, namespace))
+
+
+def cluster(*objects: Obj) -> Cluster:
+    """The fake and the controller's state, both holding QUEUE and ``objects``."""
+    fake = FakeGateway(QUEUE, *objects, clock=lambda: NOW)
+    state = ClusterState()
+    state.replace_all(fake.all())
+    return Cluster(fake, state, Applier(fake, state, None, Metrics(), clock=lambda: NOW))
+
+
+def admit(name: str = "train", placement: dict[str, int] | None = None) -> Decision:
+    return Decision(
+        f"ns/{name}", "q", Verdict.ADMIT, Reason.ADMITTED, "2 members", placement or {"n1": 2}
+    )
+
+
+def pending(name: str = "train") -> Decision:
+    return Decision(f"ns/{name}", "q", Verdict.PENDING, Reason.NO_NODE_FIT, "0 of 2 fit")
+
+
+def only(actions: list[act.Action], kind: type[Any]) -> list[act.Action]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def step(call: Call) -> str:
+    """A write, by what it does in a gang's lifecycle."""
+    if call.method == "event":
+        return "event"
+    return f"{call.method} {call.resource.kind}" + (
+        f"/{call.subresource}" if call.subresource else ""
+    )
+
+
+def steps(calls: list[Call]) -> list[str]:
+    """The writes' steps in order, runs of one step counted once."""
+    out: list[str] = []
+    for call in calls:
+        if not out or out[-1] != step(call):
+            out.append(step(call))
+    return out
+
+
+def suspended(c: Cluster, name: str = "train") -> bool:
+    return bool(c.held("Job", name)["spec"]["suspend"])
+
+
+# -- the fake itself ------------------------------------------------------------------
+
+
+def test_the_fake_has_every_public_method_of_the_gateway_with_its_signature() -> None:
+    public = [n for n, f in inspect.getmembers(gw.Gateway, inspect.isfunction) if n[0] != "_"]
+    assert public == ["create", "delete", "event", "get", "list", "patch"]
+    for name in public:
+        real, fake = getattr(gw.Gateway, name), getattr(FakeGateway, name)
+        assert fake is not real, name
+        signatures = (inspect.signature(f, eval_str=True) for f in (fake, real))
+        assert next(signatures) == next(signatures), name
+
+
+@pytest.mark.parametrize(
+    ("target", "patch", "result"),
+    [  # RFC 7386, Appendix A
+        ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+        ({"a": "b"}, {"a": None}, {}),
+        ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
+        ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+        ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+        ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
+        ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+    ],
+)
+def test_the_fake_applies_json_merge_patches_as_rfc_7386_does(
+    target: Obj, patch: Obj, result: Obj
+) -> None:
+    assert merge_patch(target, patch) == result
+
+
+# -- order of writes -------------------------------------------------------------------
+
+
+def test_an_admission_writes_the_pod_group_status_before_it_releases_the_job() -> None:
+    c = cluster(job(), group(phase="Pending"))
+    (admission,) = only(c.plan(admit()), act.Admit)
+    assert c.apply([admission]) == 0
+    assert steps(c.fake.writes()) == ["patch PodGroup/status", "patch Job", "event"]
+    status = c.fake.writes()[0].body
+    assert status is not None
+    assert status["status"]["phase"] == "Admitted"
+    assert status["status"]["placement"] == {"n1": 2}
+
+
+def test_an_admission_unsuspends_the_job_with_the_admission_gate_on_its_pods() -> None:
+    c = cluster(job(), group(phase="Pending"))
+    assert c.cycle(admit()) == 0
+    spec = c.held("Job", "train")["spec"]
+    assert spec["suspend"] is False
+    assert {"name": ADMISSION_GATE} in spec["template"]["spec"]["schedulingGates"]
+
+
+def test_an_eviction_writes_the_pod_group_status_before_suspending_and_deleting() -> None:
+    c = cluster(
+        job(suspend=False),
+        group(phase="Admitted", placement={"n1": 2}, admittedAt=iso(61)),
+        pod("a", node="n1"),
+        pod("b", node="n1", phase="Pending"),
+    )
+    (eviction,) = only(c.plan(), act.Evict)
+    assert c.apply([eviction]) == 0
+    assert steps(c.fake.writes()) == ["patch PodGroup/status", "patch Job", "delete Pod", "event"]
+    assert [call.name for call in c.fake.writes() if call.method == "delete"] == ["a", "b"]
+    assert c.held("PodGroup", "train")["status"]["phase"] == "Evicted"
+
+
+# -- assume on write --------------------------------------------------------------------
+
+
+def test_written_objects_are_held_as_the_api_returned_them_without_a_watch_event() -> None:
+    c = cluster(job(), group(phase="Pending"))
+    assert c.cycle(admit()) == 0
+    for kind in ("PodGroup", "Job"):
+        held = c.state.get(kind, "ns", "train")
+        assert held == c.held(kind, "train")
+        assert held is not None
+        assert held["metadata"]["resourceVersion"] not in ("10", "11")
+
+
+def flagged_gang(admitted_seconds_ago: float, running: int) -> Cluster:
+    """An admitted gang flagged GPUUnhealthy whose GPUs are healthy again."""
+    flagged = group(phase="Admitted", placement={"n1": 2}, admittedAt=iso(admitted_seconds_ago))
+    flagged["status"]["conditions"] = [
+        {"type": "GPUUnhealthy", "status": "True", "reason": "GPUUnhealthy", "message": "xid"}
+    ]
+    pods = [pod(f"m{i}", node="n1") for i in range(running)]
+    return cluster(job(suspend=False), flagged, *pods)
+
+
+@pytest.mark.parametrize(
+    ("admitted_seconds_ago", "running", "then", "phase"),
+    [(5, 2, act.MarkRunning, "Running"), (61, 1, act.Evict, "Evicted")],
+)
+def test_a_second_write_to_a_pod_group_in_one_cycle_builds_on_the_first(
+    admitted_seconds_ago: float, running: int, then: type[Any], phase: str
+) -> None:
+    c = flagged_gang(admitted_seconds_ago, running)
+    actions = c.plan()
+    assert [type(a) for a in actions if not isinstance(a, act.QueueStatus)] == [
+        act.SetCondition,
+        then,
+    ]
+    assert c.apply(actions) == 0  # the second write is conditional on the first's version
+    status = c.held("PodGroup", "train")["status"]
+    assert status["phase"] == phase
+    gpu = [x["status"] for x in status["conditions"] if x["type"] == "GPUUnhealthy"]
+    assert gpu == ["False"]  # what the first write set, not undone by the second
+
+
+def test_a_pod_group_created_in_a_cycle_is_admitted_in_that_cycle() -> None:
+    c = cluster(job())
+    actions = c.plan(admit())
+    assert [type(a) for a in actions][:2] == [act.CreatePodGroup, act.Admit]
+    assert c.apply(actions) == 0
+    assert c.held("PodGroup", "train")["status"]["phase"] == "Admitted"
+    assert not suspended(c)
+
+
+def test_a_pod_group_created_in_a_cycle_is_marked_pending_in_that_cycle() -> None:
+    c = cluster(job())
+    actions = c.plan(pending())
+    assert [type(a) for a in actions][:2] == [act.CreatePodGroup, act.MarkPending]
+    assert c.apply(actions) == 0
+    status = c.held("PodGroup", "train")["status"]
+    assert (status["phase"], status["reason"]) == ("Pending", "NoNodeFit")
+
+
+# -- failed writes ---------------------------------------------------------------------
+
+
+def two_gangs() -> Cluster:
+    return cluster(
+        job("train"), group("train", phase="Pending"), job("other"), group("other", phase="Pending")
+    )
+
+
+def on(kind: str, name: str, subresource: str = "") -> Any:
+    def matches(call: Call) -> bool:
+        return (call.resource.kind, call.name, call.subresource) == (kind, name, subresource)
+
+    return matches
+
+
+def test_a_conflict_fails_only_its_own_action() -> None:
+    c = two_gangs()
+    c.fake.fail_next(gw.Conflict(409, "modified"), on("PodGroup", "train", "status"))
+    assert c.cycle(admit("train"), admit("other")) == 1
+    assert c.held("PodGroup", "other")["status"]["phase"] == "Admitted"
+    assert not suspended(c, "other")
+
+
+def test_an_admission_whose_status_write_conflicts_releases_nothing() -> None:
+    c = two_gangs()
+    c.fake.fail_next(gw.Conflict(409, "modified"), on("PodGroup", "train", "status"))
+    c.cycle(admit("train"), admit("other"))
+    assert suspended(c, "train")
+    assert not [
+        call for call in c.fake.writes() if (call.resource.kind, call.name) == ("Job", "train")
+    ]
+
+
+def test_nothing_is_assumed_for_a_write_that_conflicted() -> None:
+    c = two_gangs()
+    before = c.state.get("PodGroup", "ns", "train")
+    c.fake.fail_next(gw.Conflict(409, "modified"), on("PodGroup", "train", "status"))
+    c.cycle(admit("train"), admit("other"))
+    assert c.state.get("PodGroup", "ns", "train") == before
+
+
+def test_the_next_cycle_redoes_a_write_that_conflicted() -> None:
+    c = two_gangs()
+    c.fake.fail_next(gw.Conflict(409, "modified"), on("PodGroup", "train", "status"))
+    c.cycle(admit("train"), admit("other"))
+    assert c.cycle(admit("train")) == 0
+    assert c.held("PodGroup", "train")["status"]["phase"] == "Admitted"
+    assert not suspended(c, "train")
+
+
+def test_a_change_made_by_someone_else_in_between_makes_the_write_conflict() -> None:
+    c = cluster(job(), group(phase="Pending"))
+    # Someone else's write: a new version, which the state has not seen.
+    c.fake.patch(gw.POD_GROUP, "ns", "train", {"metadata": {"labels": {"team": "b"}}})
+    c.fake.calls.clear()
+    assert c.cycle(admit()) == 1
+    assert c.fake.writes()[0].failed
+    assert suspended(c)
+    c.watch("PodGroup", "train")
+    assert c.cycle(admit()) == 0
+    assert not suspended(c)
+
+
+def test_a_transport_error_mid_admission_fails_that_action_and_the_cycle_goes_on() -> None:
+    c = two_gangs()
+    c.fake.fail_next(gw.TransportError("connection reset"), on("Job", "train"))
+    assert c.cycle(admit("train"), admit("other")) == 1
+    assert suspended(c, "train")
+    assert not suspended(c, "other")
+    assert c.held("PodGroup", "other")["status"]["phase"] == "Admitted"
+
+
+def test_an_admission_cut_short_by_a_transport_error_is_resumed_next_cycle() -> None:
+    c = two_gangs()
+    c.fake.fail_next(gw.TransportError("connection reset"), on("Job", "train"))
+    c.cycle(admit("train"), admit("other"))
+    actions = c.plan()
+    assert [type(a) for a in actions if not isinstance(a, act.QueueStatus)] == [act.ResumeAdmission]
+    assert c.apply(actions) == 0
+    assert not suspended(c, "train")
+
+
+# -- Queue and TeamQuota status ------------------------------------------------------------
+
+QUOTA: Obj = {
+    "apiVersion": "queue-controller.io/v1alpha1",
+    "kind": "TeamQuota",
+    "metadata": {"name": "team", "resourceVersion": "3"},
+    "spec": {"resources": {"nvidia.com/gpu": {"nominal": 4}}},
+    "status": {"used": {"cpu": "1", "nvidia.com/gpu": "2"}},
+}
+
+
+def status_writes(c: Cluster, kind: str) -> list[Call]:
+    return [call for call in c.fake.writes() if call.resource.kind == kind]
+
+
+def test_a_queue_status_write_is_conditional_on_the_queues_version() -> None:
+    c = cluster(job(suspend=False), group(phase="Running", placement={"n1": 2}))
+    assert c.cycle() == 0
+    (write,) = status_writes(c, "Queue")
+    assert (write.subresource, write.resource_version) == ("status", "5")
+    assert c.held("Queue", "q")["status"]["runningGangs"] == 1
+
+
+def test_a_team_quota_status_write_is_conditional_on_the_quotas_version() -> None:
+    c = cluster(QUOTA)
+    assert c.cycle(usage={"team": {"nvidia.com/gpu": 6000}}) == 0
+    (write,) = status_writes(c, "TeamQuota")
+    assert (write.namespace, write.subresource, write.resource_version) == ("", "status", "3")
+
+
+def test_a_resource_no_longer_counted_leaves_the_team_quota_status() -> None:
+    c = cluster(QUOTA)
+    c.cycle(usage={"team": {"nvidia.com/gpu": 6000}})
+    status = c.held("TeamQuota", "team", namespace="")["status"]
+    assert status["used"] == {"nvidia.com/gpu": "6"}
+    assert status["borrowed"] == {"nvidia.com/gpu": "2"}
+
+
+# -- every action, and what it asks of RBAC ---------------------------------------------------
+
+
+def every_action() -> Cluster:
+    """One cluster in which the planner asks for every kind of action at once."""
+    flagged = group("ready", phase="Admitted", placement={"n1": 2}, admittedAt=iso(5))
+    flagged["status"]["conditions"] = [
+        {"type": "GPUUnhealthy", "status": "True", "reason": "GPUUnhealthy", "message": "xid"}
+    ]
+    done = job("done", suspend=False)
+    done["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
+    orphan = group("gone", phase="Finished")
+    orphan["metadata"]["labels"] = {WORKLOAD_KIND_LABEL: "Job"}
+    return cluster(
+        QUOTA,
+        job("fresh"),  # CreatePodGroup, MarkPending
+        job("admit"),
+        group("admit", phase="Pending"),  # Admit
+        job("resume"),
+        group(
+            "resume", phase="Admitted", placement={"n1": 2}, admittedAt=iso(5)
+        ),  # ResumeAdmission
+        job("bind", suspend=False),
+        group("bind", phase="Admitted", placement={"n1": 2}, admittedAt=iso(5)),
+        pod("bind-0", gated=True, phase="Pending", owner="bind"),  # BindMember
+        pod("bind-1", gated=True, phase="Pending", owner="bind"),
+        job("ready", suspend=False),
+        flagged,  # SetCondition, MarkRunning
+        pod("ready-0", node="n1", owner="ready"),
+        pod("ready-1", node="n1", owner="ready"),
+        job("lost", suspend=False),
+        group("lost", phase="Running", placement={"n1": 2}),  # MarkMembersLost
+        pod("lost-0", node="n1", owner="lost"),
+        job("late", suspend=False),
+        group("late", phase="Admitted", placement={"n1": 2}, admittedAt=iso(61)),  # Evict
+        pod("late-0", node="n1", owner="late"),
+        job("evicted"),
+        group("evicted", phase="Evicted"),  # FinishEviction
+        pod("evicted-0", node="n1", owner="evicted"),
+        job("rogue", suspend=False),
+        group("rogue", phase="Pending"),  # HoldUnadmitted
+        pod("rogue-0", node="n1", owner="rogue"),
+        done,
+        group("done", phase="Running", placement={"n1": 2}),  # MarkFinished
+        orphan,  # DeleteOrphan
+    )
+
+
+EVERY_DECISION = (admit("admit"), pending("fresh"))
+USAGE = {"team": {"nvidia.com/gpu": 6000}}  # QueueStatus, TeamQuotaStatus
+
+
+def test_the_every_action_cluster_plans_every_kind_of_action() -> None:
+    planned = {type(a) for a in every_action().plan(*EVERY_DECISION, usage=USAGE)}
+    assert planned == set(get_args(act.Action))
+
+
+def test_every_request_the_applier_sends_is_granted_by_the_rbac_rules() -> None:
+    c = every_action()
+    assert c.cycle(*EVERY_DECISION, usage=USAGE) == 0
+    allowed = {
+        (rule.group, resource, verb)
+        for rule in kinds.rbac_rules()
+        for resource in rule.resources
+        for verb in rule.verbs
+    }
+    sent = {
+        (call.resource.group, call.rbac_resource, call.verb) for call in c.fake.calls
+    } | owner_finalizers(c.fake.calls)
+    assert {verb for _, _, verb in sent} == {"create", "patch", "delete", "update"}
+    assert sent - allowed == set()
+
+
+def owner_finalizers(calls: list[Call]) -> set[tuple[str, str, str]]:
+    """A created object that blocks its owner's deletion needs update on the owner's finalizers."""
+    by_kind = {(r.api_version, r.kind): r for r in kinds.WATCHED}
+    needed: set[tuple[str, str, str]] = set()
+    for call in calls:
+        for owner in ((call.body or {}).get("metadata") or {}).get("ownerReferences", []):
+            if call.method == "create" and owner.get("blockOwnerDeletion"):
+                resource = by_kind[(owner["apiVersion"], owner["kind"])]
+                needed.add((resource.group, f"{resource.plural}/finalizers", "update"))
+    return needed
