@@ -12,6 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from queue_controller.api import v1alpha1
+from queue_controller.core.nodes import HOSTNAME_LABEL
+
+__all__ = [
+    "ADMISSION_GATE",
+    "CORE",
+    "EVENT",
+    "HOSTNAME_LABEL",
+    "JOB",
+    "NODE",
+    "POD",
+    "POD_GROUP",
+    "PRIORITY_CLASS",
+    "QUEUE",
+    "TEAM_QUOTA",
+    "Resource",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +71,7 @@ POD_GROUP = Resource(v1alpha1.API_VERSION, "PodGroup", "podgroups", True)
 # What every cycle reads, whatever workload kinds are registered (they add their own).
 CORE = (NODE, POD, PRIORITY_CLASS, TEAM_QUOTA, QUEUE, POD_GROUP)
 
-# Labels and names that several modules spell: one home for each.
-HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Labels and names that several modules spell: one home for each (the hostname
+# label's is the core's, which matches nodes on it).
 # The scheduling gate that holds a gang's member pods until their node is chosen.
 ADMISSION_GATE = "queue-controller.io/admission"

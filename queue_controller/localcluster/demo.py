@@ -137,14 +137,15 @@ class Demo:
         self.report(f"controller running (pid {process.pid}, metrics on 127.0.0.1:{port}/metrics)")
 
     def _submit(self, gap_seconds: float) -> None:
-        path = self.root / "examples" / "jobs.yaml"
-        self.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=true")
-        jobs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-        for job in jobs:
-            self.cluster.kubectl("create", "-f", "-", stdin=yaml.safe_dump(job))
-            meta = job["metadata"]
-            self.report(f"submitted Job {meta['namespace']}/{meta['name']}")
-            time.sleep(gap_seconds)  # arrival order is queue order
+        # The Jobs, then a plain Pod gang made pod by pod, as an operator makes one.
+        for name in ("jobs.yaml", "pod-gang.yaml"):
+            path = self.root / "examples" / name
+            self.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=true")
+            for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
+                self.cluster.kubectl("create", "-f", "-", stdin=yaml.safe_dump(doc))
+                meta = doc["metadata"]
+                self.report(f"submitted {doc['kind']} {meta['namespace']}/{meta['name']}")
+                time.sleep(gap_seconds)  # arrival order is queue order
 
     def _watch(self, seconds: float) -> None:
         self.report(f"\nkubectl get podgroups -A -w   (for {seconds:.0f}s)\n")

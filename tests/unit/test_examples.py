@@ -18,6 +18,8 @@ from queue_controller.controller.status import conditions_with
 from queue_controller.core import schedule
 from queue_controller.core.decisions import Decision
 from queue_controller.dump import load_snapshot
+from queue_controller.kube import kinds
+from queue_controller.kube.resources import JOB, POD
 from tests.views import seen
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +36,11 @@ def _examples() -> list[dict[str, Any]]:
 
 def _decide(objects: list[dict[str, Any]]) -> dict[str, Decision]:
     """The core's first cycle over the examples on the demo's nodes, as `make run` starts."""
-    jobs = [obj for obj in objects if obj["kind"] == "Job"]
-    for second, obj in enumerate(jobs):
-        obj["spec"]["suspend"] = True  # what the controller's webhook does on creation
-        # `make run` submits them a second apart, in file order.
+    submitted = [obj for obj in objects if obj["kind"] in ("Job", "Pod")]
+    for second, obj in enumerate(submitted):
+        # What the controller's webhook does on creation: suspend a Job, gate a Pod.
+        obj.update(merge(obj, kinds.hold_at_creation(RESOURCES[obj["kind"]], obj)))
+        # `make run` submits them a second apart, in file order (Jobs, then the pods).
         obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
     nodes = nodepools.load(ROOT / "deploy/local-cluster/nodes.yaml").nodes()
     for node in nodes:
@@ -45,7 +48,23 @@ def _decide(objects: list[dict[str, Any]]) -> dict[str, Decision]:
     snapshot, _ = load_snapshot(
         [("examples", yaml.safe_dump_all([*objects, *nodes]))], now=0.0, ignore_unknown=True
     )
-    return {d.workload: d for d in schedule(snapshot).decisions if d.kind == "Job"}
+    return {d.workload: d for d in schedule(snapshot).decisions}
+
+
+RESOURCES = {"Job": JOB, "Pod": POD}
+
+
+def merge(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386) applied to a copy of ``obj``."""
+    out = dict(obj)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        elif value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def test_demo_jobs_are_decided_as_the_examples_say() -> None:
@@ -59,8 +78,12 @@ def test_demo_jobs_are_decided_as_the_examples_say() -> None:
         "research/embed": ("Admit", "Admitted"),
         "prod/train-bert": ("Pending", "QuotaExceeded"),
         "prod/eval-bert": ("Pending", "WaitingForHead"),
+        "research/pods-ray": ("Admit", "Admitted"),
     }
     assert "borrowing 8 nvidia.com/gpu from its cohort" in decisions["research/sweep"].message
+    ray = decisions["research/pods-ray"]
+    assert ray.kind == "Pod"
+    assert sorted(sum(p.values()) for p in ray.pod_set_placement.values()) == [1, 3]
 
 
 def test_the_podgroup_example_is_what_the_controller_writes_for_its_job() -> None:
