@@ -57,10 +57,13 @@ class Applier:
         self.clock = clock
         # (kind, namespace, name) -> the version our own write in this cycle produced.
         self._written: dict[tuple[str, str, str], str | None] = {}
+        # PodGroups as our own writes in this cycle returned them, read once each.
+        self._groups: dict[tuple[str, str, str], PodGroup] = {}
 
     async def apply_all(self, actions: list[act.Action]) -> int:
         """Apply in order; a failed action is logged and skipped.  Returns how many failed."""
         self._written.clear()
+        self._groups.clear()
         failed = 0
         for action in actions:
             try:
@@ -84,22 +87,31 @@ class Applier:
         return self._written.get(key, ref.resource_version)
 
     def _assume(self, updated: Obj) -> None:
-        """Hold what a write returned, and write against its version from now on."""
+        """Hold what a write returned, and write against its version from now on.
+
+        A PodGroup that came back is read once, here: a later status write in this
+        cycle builds on it (a merge patch replaces ``conditions`` whole, so building
+        on the planned copy would undo this write).
+        """
         meta = updated.get("metadata") or {}
-        kind = str(updated.get("kind", ""))
-        self._written[(kind, meta.get("namespace") or "", meta.get("name", ""))] = meta.get(
-            "resourceVersion"
-        )
+        key = (str(updated.get("kind", "")), meta.get("namespace") or "", meta.get("name", ""))
+        self._written[key] = meta.get("resourceVersion")
+        if key[0] == "PodGroup":
+            self._groups[key] = pod_group(updated)
         self.state.upsert(updated)
 
     def _latest(self, group: PodGroup, ref: Ref) -> PodGroup:
         """The PodGroup to build a status on: as our own write earlier in this cycle left
-        it, else as the action was planned on.  A merge patch replaces ``conditions``
-        whole, so conditions built on the planned copy would undo that earlier write."""
-        if (ref.resource.kind, ref.namespace, ref.name) not in self._written:
-            return group
-        held = self.state.get(ref.resource.kind, ref.namespace, ref.name)
-        return pod_group(held) if held is not None else group
+        it, else as the action was planned on."""
+        return self._groups.get((ref.resource.kind, ref.namespace, ref.name), group)
+
+    def _just_created(self, ref: Ref) -> tuple[PodGroup, Ref] | None:
+        """A PodGroup created earlier in this cycle, as its create returned it."""
+        model = self._groups.get((ref.resource.kind, ref.namespace, ref.name))
+        if model is None:
+            return None  # the create failed, or was not made: next cycle
+        version = model.metadata.resourceVersion or None
+        return model, Ref(ref.resource, ref.namespace, ref.name, model.metadata.uid, version)
 
     async def _patch(self, ref: Ref, patch: Obj, *, status: bool = False) -> Obj:
         updated = await self._call(
@@ -201,7 +213,7 @@ class Applier:
     async def _admit(self, action: act.Admit) -> None:
         ref, current = action.group_ref, action.group
         if current is None:
-            created = _just_created(self.state, ref)
+            created = self._just_created(ref)
             if created is None:
                 return
             current, ref = created
@@ -391,7 +403,7 @@ class Applier:
         ref, group = action.group_ref, action.group
         previous = group.status.reason if group is not None else ""
         if group is None:
-            created = _just_created(self.state, ref)
+            created = self._just_created(ref)
             if created is None:
                 return
             group, ref = created
@@ -469,13 +481,3 @@ class Applier:
             **action.counts,
         }
         await self._patch(action.quota, {"status": status}, status=True)
-
-
-def _just_created(state: ClusterState, ref: Ref) -> tuple[PodGroup, Ref] | None:
-    """A PodGroup created earlier in this cycle, as its create returned it (assumed)."""
-    held = state.get("PodGroup", ref.namespace, ref.name)
-    if held is None:
-        return None  # the create failed, or has not come back: next cycle
-    model = pod_group(held)
-    version = model.metadata.resourceVersion or None
-    return model, Ref(ref.resource, ref.namespace, ref.name, model.metadata.uid, version)

@@ -51,7 +51,6 @@ __all__ = [
     "Gateway",
     "GatewayError",
     "Invalid",
-    "Kind",
     "NotFound",
     "Resource",
 ]
@@ -105,11 +104,6 @@ class Invalid(GatewayError):
     """422: the API server's validation refused the write."""
 
 
-# Descriptors are re-exported so callers can keep writing ``gw.POD``; the list of
-# what is watched is the kinds registry's business (kube/kinds), not the gateway's.
-Kind = Resource
-
-
 class Gateway:
     def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
         self._api = api
@@ -160,7 +154,7 @@ class Gateway:
 
     # -- reading ------------------------------------------------------------------
 
-    def list(self, kind: Kind) -> list[Obj]:
+    def list(self, kind: Resource) -> list[Obj]:
         """Every object of a kind, in all namespaces, each with its kind and apiVersion."""
         items: list[Obj] = []
         query: dict[str, str] = {"limit": "500"}
@@ -174,17 +168,17 @@ class Gateway:
                 return items
             query["continue"] = token
 
-    def get(self, kind: Kind, namespace: str, name: str) -> Obj:
+    def get(self, kind: Resource, namespace: str, name: str) -> Obj:
         return self._request("GET", kind.path(namespace, name))
 
     # -- writing ------------------------------------------------------------------
 
-    def create(self, kind: Kind, namespace: str, body: Obj) -> Obj:
+    def create(self, kind: Resource, namespace: str, body: Obj) -> Obj:
         return self._request("POST", kind.path(namespace), body=body)
 
     def patch(
         self,
-        kind: Kind,
+        kind: Resource,
         namespace: str,
         name: str,
         patch: Obj,
@@ -210,7 +204,7 @@ class Gateway:
             content_type=STRATEGIC_MERGE_PATCH if strategic else MERGE_PATCH,
         )
 
-    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+    def delete(self, kind: Resource, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFound):  # already gone: what we wanted
             body = {"propagationPolicy": "Background"}
             self._request("DELETE", kind.path(namespace, name), body=body)

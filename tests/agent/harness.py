@@ -71,7 +71,7 @@ class FakeGateway:
                 del self.failures[i]
                 raise error
 
-    def get(self, kind: gw.Kind, namespace: str, name: str) -> dict[str, Any]:
+    def get(self, kind: gw.Resource, namespace: str, name: str) -> dict[str, Any]:
         self.requests.append(("GET", name))
         self._fail("GET")
         if kind is not gw.NODE or name != self.node["metadata"]["name"]:
@@ -80,7 +80,7 @@ class FakeGateway:
 
     def patch(
         self,
-        kind: gw.Kind,
+        kind: gw.Resource,
         namespace: str,
         name: str,
         patch: dict[str, Any],

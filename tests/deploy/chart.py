@@ -80,28 +80,28 @@ def env(docs: Iterable[Doc]) -> dict[str, Doc]:
 
 # The RBAC verb each Gateway HTTP method needs.
 HTTP_VERBS = {"POST": "create", "PATCH": "patch", "DELETE": "delete"}
-KINDS: dict[str, gw.Kind] = {
-    name: value for name, value in vars(gw).items() if isinstance(value, gw.Kind)
+KINDS: dict[str, gw.Resource] = {
+    name: value for name, value in vars(gw).items() if isinstance(value, gw.Resource)
 }
 
 
-def resource(kind: gw.Kind, subresource: str = "") -> tuple[str, str]:
+def resource(kind: gw.Resource, subresource: str = "") -> tuple[str, str]:
     """(API group, resource[/subresource]) as RBAC names them."""
     group = kind.api_version.rpartition("/")[0]
     return group, f"{kind.plural}/{subresource}" if subresource else kind.plural
 
 
-def gateway_methods() -> dict[str, tuple[set[str], gw.Kind | None]]:
+def gateway_methods() -> dict[str, tuple[set[str], gw.Resource | None]]:
     """Each Gateway method: the HTTP methods it issues, and the Kind it is fixed to, if any
     (``event`` always posts an Event)."""
     tree = ast.parse((CONTROLLER / "kube" / "gateway.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Gateway")
-    methods: dict[str, tuple[set[str], gw.Kind | None]] = {}
+    methods: dict[str, tuple[set[str], gw.Resource | None]] = {}
     for fn in cls.body:
         if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_"):
             continue
         http: set[str] = set()
-        fixed: gw.Kind | None = None
+        fixed: gw.Resource | None = None
         for node in ast.walk(fn):
             if (
                 isinstance(node, ast.Call)
@@ -129,7 +129,7 @@ class Use:
 
     where: str
     method: str
-    kinds: tuple[gw.Kind, ...]
+    kinds: tuple[gw.Resource, ...]
     subresource: str
 
 
@@ -203,8 +203,8 @@ def _resolve(
     tree: ast.Module,
     watched: set[str],
     where: str,
-) -> Iterator[tuple[tuple[gw.Kind, ...], str, int | None]]:
-    def kinds_of(node: ast.expr | None) -> tuple[gw.Kind, ...] | None:
+) -> Iterator[tuple[tuple[gw.Resource, ...], str, int | None]]:
+    def kinds_of(node: ast.expr | None) -> tuple[gw.Resource, ...] | None:
         if isinstance(node, ast.Attribute) and node.attr in KINDS:
             return (KINDS[node.attr],)
         if isinstance(node, ast.Name) and node.id in watched and node.id not in params:

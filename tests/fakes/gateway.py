@@ -162,7 +162,7 @@ class FakeGateway(gw.Gateway):
 
     # -- the Gateway's methods ----------------------------------------------------------
 
-    def list(self, kind: gw.Kind) -> list[Obj]:
+    def list(self, kind: gw.Resource) -> list[Obj]:
         with self._serve(Call("list", kind, "", "")):
             return [
                 {**copy.deepcopy(o), "kind": kind.kind, "apiVersion": kind.api_version}
@@ -170,12 +170,12 @@ class FakeGateway(gw.Gateway):
                 if key[0] == kind.kind
             ]
 
-    def get(self, kind: gw.Kind, namespace: str, name: str) -> Obj:
+    def get(self, kind: gw.Resource, namespace: str, name: str) -> Obj:
         namespace = self._namespace(kind, namespace)
         with self._serve(Call("get", kind, namespace, name)):
             return copy.deepcopy(self._existing(kind, namespace, name))
 
-    def create(self, kind: gw.Kind, namespace: str, body: Obj) -> Obj:
+    def create(self, kind: gw.Resource, namespace: str, body: Obj) -> Obj:
         namespace = self._namespace(kind, namespace)
         name = str((body.get("metadata") or {}).get("name", ""))
         with self._serve(Call("create", kind, namespace, name, body=copy.deepcopy(body))):
@@ -200,7 +200,7 @@ class FakeGateway(gw.Gateway):
 
     def patch(
         self,
-        kind: gw.Kind,
+        kind: gw.Resource,
         namespace: str,
         name: str,
         patch: Obj,
@@ -243,7 +243,7 @@ class FakeGateway(gw.Gateway):
                 self._objects[(kind.kind, namespace, name)] = updated
             return copy.deepcopy(self._objects[(kind.kind, namespace, name)])
 
-    def delete(self, kind: gw.Kind, namespace: str, name: str) -> None:
+    def delete(self, kind: gw.Resource, namespace: str, name: str) -> None:
         namespace = self._namespace(kind, namespace)
         with self._serve(Call("delete", kind, namespace, name)):
             # Already gone is what was wanted: Gateway.delete swallows the 404 too.
@@ -293,7 +293,7 @@ class FakeGateway(gw.Gateway):
         return str(next(self._versions))
 
     @staticmethod
-    def _namespace(kind: gw.Kind, namespace: str) -> str:
+    def _namespace(kind: gw.Resource, namespace: str) -> str:
         return namespace if kind.namespaced else ""
 
     @staticmethod
@@ -301,7 +301,7 @@ class FakeGateway(gw.Gateway):
         meta = obj.get("metadata") or {}
         return (str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name")))
 
-    def _existing(self, kind: gw.Kind, namespace: str, name: str) -> Obj:
+    def _existing(self, kind: gw.Resource, namespace: str, name: str) -> Obj:
         held = self._objects.get((kind.kind, namespace, name))
         if held is None:
             raise gw.NotFound(404, f"{kind.kind} {namespace}/{name} not found")

@@ -39,7 +39,7 @@ class Nodes:
         self.fail_next = False
 
     def patch(
-        self, kind: gw.Kind, namespace: str, name: str, patch: dict[str, Any], **options: Any
+        self, kind: gw.Resource, namespace: str, name: str, patch: dict[str, Any], **options: Any
     ) -> dict[str, Any]:
         if self.fail_next:
             self.fail_next = False
