@@ -84,9 +84,11 @@ def gang(
     phase: WorkloadPhase = WorkloadPhase.PENDING,
     pod_template: PodTemplate | None = None,
     pod_count: int | None = None,
+    kind: str = "Job",
     **kwargs: object,
 ) -> Workload:
     return Workload(
+        kind=kind,
         namespace=namespace,
         name=name,
         queue=queue,

@@ -76,13 +76,13 @@ def _prepare(workload: Workload, priorities: PriorityTable) -> _Prepared:
     try:
         priority = priorities.value_of(first.template)
     except InvalidSpecError as error:
-        return invalid(0, f"{first.path}.{error.field}: {error.detail}")
+        return invalid(0, f"{_located(first.path, error.field)}: {error.detail}")
     requests = []
     for pod_set in workload.pod_sets:
         try:
             requests.append(pod_request(pod_set.template))
         except InvalidSpecError as error:
-            return invalid(priority, f"{pod_set.path}.{error.field}: {error.detail}")
+            return invalid(priority, f"{_located(pod_set.path, error.field)}: {error.detail}")
     if workload.spec_error:
         return invalid(priority, workload.spec_error)
     for pod_set in workload.pod_sets:
@@ -94,6 +94,10 @@ def _prepare(workload: Workload, priorities: PriorityTable) -> _Prepared:
                 f"runs only {pod_set.count} pods at once",
             )
     return _Prepared(workload, priority, tuple(requests), "")
+
+
+def _located(path: str, field: str) -> str:
+    return f"{path}.{field}" if path else field
 
 
 def _planned(workload: Workload) -> Mapping[str, Mapping[str, int]]:

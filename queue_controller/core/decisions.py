@@ -42,7 +42,7 @@ class Decision:
     message: str
     # Node -> member pods; only on Admit.
     placement: Mapping[str, int] = field(default_factory=dict)
-    kind: str = "Job"
+    kind: str = field(kw_only=True)  # the decided workload's kind
     # Pod set -> node -> member pods, on Admit of a gang with more than one pod set.
     pod_set_placement: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 

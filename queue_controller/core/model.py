@@ -213,10 +213,6 @@ class WorkloadPhase(StrEnum):
     FINISHED = "Finished"  # holds nothing, never admitted again
 
 
-# Where a Job keeps its pod template: messages about a bad template name the field there.
-JOB_TEMPLATE_PATH = "spec.template.spec"
-
-
 @dataclass(frozen=True, slots=True)
 class PodSet:
     """Pods of one template within a gang (Kueue's PodSet).
@@ -231,8 +227,9 @@ class PodSet:
     template: PodTemplate
     count: int
     min_count: int
-    # Where the template is written in the object, for messages ("spec.template.spec").
-    path: str = JOB_TEMPLATE_PATH
+    # Where the template is written in its object ("spec.template.spec" in a Job,
+    # "spec" in a Pod), so a message about a bad field names it where the user wrote it.
+    path: str = ""
 
 
 def one_pod_set(
@@ -241,7 +238,7 @@ def one_pod_set(
     count: int,
     min_count: int | None = None,
     name: str = "main",
-    path: str = JOB_TEMPLATE_PATH,
+    path: str = "",
 ) -> tuple[PodSet, ...]:
     """The pod sets of a workload whose pods all come from one template."""
     return (PodSet(name, template, count, count if min_count is None else min_count, path),)
@@ -259,9 +256,9 @@ class Workload:
     name: str
     queue: str
     pod_sets: tuple[PodSet, ...]
+    kind: str  # the workload kind that made it (an adapter's name: Job, Pod, ...)
     phase: WorkloadPhase = WorkloadPhase.PENDING
     created: float = 0.0  # seconds since the epoch
-    kind: str = "Job"
     requeue_at: float | None = None
     requeue_count: int = 0
     deactivated: bool = False

@@ -40,7 +40,7 @@ from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import scale
 from queue_controller.core.shapes import Placement
 from queue_controller.sim.cluster import NodeBook, PodScheduler
-from queue_controller.sim.runstate import JobState, Phase
+from queue_controller.sim.runstate import JOB_TEMPLATE, JobState, Phase
 from queue_controller.sim.scenario import Scenario
 
 NO_NODE_FIT = "NoNodeFit"
@@ -246,7 +246,8 @@ class Admission:
                         namespace=namespace,
                         name=f"settled-{queue}-{len(out)}",
                         queue=queue,
-                        pod_sets=one_pod_set(template, count=pods),
+                        pod_sets=one_pod_set(template, count=pods, path=JOB_TEMPLATE),
+                        kind="Job",
                         phase=WorkloadPhase.ADMITTED,
                     )
                 )

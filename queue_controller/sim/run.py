@@ -23,7 +23,7 @@ from queue_controller.sim.measure import Meters
 from queue_controller.sim.outcome import journal_entry, policy_result
 from queue_controller.sim.policy import DEFAULT_TIMEOUT_SECONDS, Policy
 from queue_controller.sim.results import PolicyResult, size_class
-from queue_controller.sim.runstate import JobState, Phase, prepare_jobs
+from queue_controller.sim.runstate import JOB_TEMPLATE, JobState, Phase, prepare_jobs
 from queue_controller.sim.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class PolicyRun(Binding):
         try:
             self.priority[job.key] = self.priorities.value_of(job.template)
         except InvalidSpecError as error:
-            job.error = job.error or f"spec.template.spec.{error.field}: {error.detail}"
+            job.error = job.error or f"{JOB_TEMPLATE}.{error.field}: {error.detail}"
         self.meters.pending += 1
         if self.admits:
             job.phase = Phase.PENDING

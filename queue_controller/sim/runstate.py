@@ -18,6 +18,9 @@ from queue_controller.core import (
 from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.sim.scenario import SimJob
 
+# The simulator replays batch/v1 Jobs: a bad template is named where a Job keeps it.
+JOB_TEMPLATE = "spec.template.spec"
+
 
 class Phase(Enum):
     WAITING = "Waiting"  # not arrived yet
@@ -85,7 +88,8 @@ class JobState:
             namespace=self.spec.namespace,
             name=self.spec.name,
             queue=self.spec.queue,
-            pod_sets=one_pod_set(self.template, count=self.spec.pods),
+            pod_sets=one_pod_set(self.template, count=self.spec.pods, path=JOB_TEMPLATE),
+            kind="Job",
             phase=WorkloadPhase.ADMITTED if admitted else WorkloadPhase.PENDING,
             created=self.spec.arrival,
             requeue_at=self.requeue_at,
@@ -113,7 +117,7 @@ def prepare_jobs(
             try:
                 templates[key] = (template, pod_request(template), "")
             except InvalidSpecError as invalid:
-                why = f"spec.template.spec.{invalid.field}: {invalid.detail}"
+                why = f"{JOB_TEMPLATE}.{invalid.field}: {invalid.detail}"
                 templates[key] = (template, {}, why)
         template, request, problem = templates[key]
         team = team_of.get((job.namespace, job.queue), "")

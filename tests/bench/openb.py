@@ -88,6 +88,7 @@ def _gangs(path: Path) -> tuple[list[Workload], int, int]:
             )
             gangs.append(
                 Workload(
+                    kind="Job",
                     namespace="openb",
                     name=row["name"],
                     queue="trace",

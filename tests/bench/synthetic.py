@@ -174,6 +174,7 @@ def _gangs(count: int, queues: list[Queue], rng: random.Random) -> list[Workload
         queue = rng.choice(queues)
         out.append(
             Workload(
+                kind="Job",
                 namespace=queue.namespace,
                 name=f"job-{i:06d}",
                 queue=queue.name,

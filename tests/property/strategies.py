@@ -144,6 +144,7 @@ def pending_gangs(draw: st.DrawFn, queue_names: list[str], prefix: str = "g") ->
         members = draw(st.integers(1, 6))
         out.append(
             Workload(
+                kind="Job",
                 namespace="ns",
                 name=f"{prefix}{i}",
                 queue=draw(st.sampled_from([*queue_names, "missing"])),

@@ -24,7 +24,14 @@ def clusters(draw: st.DrawFn) -> tuple[list[int], list[Workload]]:
             for i, n in enumerate(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
         )
         gangs.append(
-            Workload(namespace="ns", name=f"g{g}", queue="q", pod_sets=sets, created=float(g))
+            Workload(
+                namespace="ns",
+                name=f"g{g}",
+                queue="q",
+                pod_sets=sets,
+                kind="Job",
+                created=float(g),
+            )
         )
     return node_gpus, gangs
 

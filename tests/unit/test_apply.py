@@ -70,12 +70,20 @@ def cluster(*objects: Obj) -> Cluster:
 
 def admit(name: str = "train", placement: dict[str, int] | None = None) -> Decision:
     return Decision(
-        f"ns/{name}", "q", Verdict.ADMIT, Reason.ADMITTED, "2 members", placement or {"n1": 2}
+        f"ns/{name}",
+        "q",
+        Verdict.ADMIT,
+        Reason.ADMITTED,
+        "2 members",
+        placement or {"n1": 2},
+        kind="Job",
     )
 
 
 def pending(name: str = "train") -> Decision:
-    return Decision(f"ns/{name}", "q", Verdict.PENDING, Reason.NO_NODE_FIT, "0 of 2 fit")
+    return Decision(
+        f"ns/{name}", "q", Verdict.PENDING, Reason.NO_NODE_FIT, "0 of 2 fit", kind="Job"
+    )
 
 
 def only(actions: list[act.Action], kind: type[Any]) -> list[act.Action]:

@@ -361,7 +361,13 @@ def test_a_failure_is_not_reused_once_something_was_admitted_after_it() -> None:
 def test_a_gang_short_of_members_waits_for_them_and_holds_up_no_strict_fifo_queue() -> None:
     short = gang("short", 2, created=1.0, absent_members=1)
     none_yet = Workload(
-        namespace="ns", name="empty", queue="q", pod_sets=(), created=2.0, absent_members=3
+        namespace="ns",
+        name="empty",
+        queue="q",
+        pod_sets=(),
+        kind="Pod",
+        created=2.0,
+        absent_members=3,
     )
     later = gang("later", 1, created=3.0)
     result = schedule(

@@ -119,7 +119,7 @@ def plan(*objects: dict[str, Any], decisions: tuple[Decision, ...] = ()) -> list
 
 
 def pending(reason: Reason = Reason.NO_NODE_FIT, message: str = "0 of 2 fit") -> Decision:
-    return Decision("ns/train", "q", Verdict.PENDING, reason, message)
+    return Decision("ns/train", "q", Verdict.PENDING, reason, message, kind="Job")
 
 
 def test_a_new_queued_job_gets_an_owned_pod_group() -> None:
@@ -143,7 +143,9 @@ def test_min_member_and_timeout_annotations_shape_the_pod_group() -> None:
 
 
 def test_admit_decision_becomes_an_admission() -> None:
-    decision = Decision("ns/train", "q", Verdict.ADMIT, Reason.ADMITTED, "2 members", {"n1": 2})
+    decision = Decision(
+        "ns/train", "q", Verdict.ADMIT, Reason.ADMITTED, "2 members", {"n1": 2}, kind="Job"
+    )
     (admit,) = plan(job(), group(phase="Pending"), decisions=(decision,))
     assert isinstance(admit, act.Admit)
     assert admit.placement == {"n1": 2}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from queue_controller.core.model import JOB_TEMPLATE_PATH, one_pod_set
+from queue_controller.core.model import one_pod_set
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import Obj, get, objects, strings, timestamp
 from queue_controller.kube.kinds.base import (
@@ -30,6 +30,8 @@ FINISHED_CONDITIONS = ("Complete", "Failed")
 MIN_MEMBER_ANNOTATION = "queue-controller.io/min-member"
 TIMEOUT_ANNOTATION = "queue-controller.io/pods-ready-timeout-seconds"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+# Where a Job keeps its pod template: messages about a bad template name the field there.
+TEMPLATE_PATH = "spec.template.spec"
 POD_SET = "main"
 
 
@@ -90,10 +92,10 @@ class BatchJob:
                 break
         spec_error = ""
         try:
-            template = pod_template(get(head, JOB_TEMPLATE_PATH, dict, {}))
+            template = pod_template(get(head, TEMPLATE_PATH, dict, {}))
         except InputError as error:
             template = pod_template({})
-            spec_error = str(error.located(field_prefix=JOB_TEMPLATE_PATH))
+            spec_error = str(error.located(field_prefix=TEMPLATE_PATH))
             parallelism = 0
         min_member, annotation_error = _whole_number(head, MIN_MEMBER_ANNOTATION)
         timeout, _ = _whole_number(head, TIMEOUT_ANNOTATION)
@@ -104,6 +106,7 @@ class BatchJob:
                 count=parallelism,
                 min_count=parallelism if min_member is None else min_member,
                 name=POD_SET,
+                path=TEMPLATE_PATH,
             ),
             held=get(head, "spec.suspend", bool, False),
             finished=finished,
