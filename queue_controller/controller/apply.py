@@ -1,65 +1,33 @@
-"""Carry out the planner's actions through the gateway.
+"""Carry out the planner's actions through the gateway, one handler per action.
 
 Order within an admission matters for restarts: the PodGroup status
 (``Admitted`` with its placement) is written first, then the gang's kind
 releases it.  A crash between the two leaves a PodGroup that says Admitted on
 a held gang, which the next cycle resumes; it can never leave a running gang
-that no PodGroup accounts for.
-
-Every write is conditional on the ``resourceVersion`` the decision was made
-from.  Every successful write is *assumed*: the object it returns goes into
-the state at once, so the next cycle sees it even before its watch event, and
-a later write to the same object in this cycle is conditional on the version
-this one produced.  A failed write is simply forgotten and recomputed next
-cycle (Kueue's assume, then forget).
+that no PodGroup accounts for.  How each write is made (conditionally, and
+assumed) is :mod:`queue_controller.controller.writer`'s business.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from functools import singledispatchmethod
-from typing import Any, TypeVar
+from typing import Any
 
-from queue_controller.api.v1alpha1 import PodGroup
 from queue_controller.controller import actions as act
-from queue_controller.controller.metrics import Metrics
-from queue_controller.controller.state import ClusterState
 from queue_controller.controller.status import Update, conditions_with, iso
-from queue_controller.journal import Entry, Journal, JournalEvent
+from queue_controller.controller.writer import Writer
+from queue_controller.journal import JournalEvent
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import epoch_seconds
-from queue_controller.kube.objects import pod_group
 from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL
-from queue_controller.kube.views import Delete, Patch, Ref, Write
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-T = TypeVar("T")
 
 
-class Applier:
-    def __init__(
-        self,
-        gateway: gw.Gateway,
-        state: ClusterState,
-        journal: Journal | None,
-        metrics: Metrics,
-        *,
-        clock: Callable[[], float],
-    ) -> None:
-        self.gateway = gateway
-        self.state = state
-        self.journal = journal
-        self.metrics = metrics
-        self.clock = clock
-        # (kind, namespace, name) -> the version our own write in this cycle produced.
-        self._written: dict[tuple[str, str, str], str | None] = {}
-        # PodGroups as our own writes in this cycle returned them, read once each.
-        self._groups: dict[tuple[str, str, str], PodGroup] = {}
-
+class Applier(Writer):
     async def apply_all(self, actions: list[act.Action]) -> int:
         """Apply in order; a failed action is logged and skipped.  Returns how many failed."""
         self._written.clear()
@@ -75,110 +43,6 @@ class Applier:
                 log.warning("could not %s: %s", type(action).__name__, error)
                 failed += 1
         return failed
-
-    # -- plumbing ------------------------------------------------------------------
-
-    async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(function, *args, **kwargs)
-
-    def _version(self, ref: Ref) -> str | None:
-        """The version to write against: ours if we wrote it this cycle, else the ref's."""
-        key = (ref.resource.kind, ref.namespace, ref.name)
-        return self._written.get(key, ref.resource_version)
-
-    def _assume(self, updated: Obj) -> None:
-        """Hold what a write returned, and write against its version from now on.
-
-        A PodGroup that came back is read once, here: a later status write in this
-        cycle builds on it (a merge patch replaces ``conditions`` whole, so building
-        on the planned copy would undo this write).
-        """
-        meta = updated.get("metadata") or {}
-        key = (str(updated.get("kind", "")), meta.get("namespace") or "", meta.get("name", ""))
-        self._written[key] = meta.get("resourceVersion")
-        if key[0] == "PodGroup":
-            self._groups[key] = pod_group(updated)
-        self.state.upsert(updated)
-
-    def _latest(self, group: PodGroup, ref: Ref) -> PodGroup:
-        """The PodGroup to build a status on: as our own write earlier in this cycle left
-        it, else as the action was planned on."""
-        return self._groups.get((ref.resource.kind, ref.namespace, ref.name), group)
-
-    def _just_created(self, ref: Ref) -> tuple[PodGroup, Ref] | None:
-        """A PodGroup created earlier in this cycle, as its create returned it."""
-        model = self._groups.get((ref.resource.kind, ref.namespace, ref.name))
-        if model is None:
-            return None  # the create failed, or was not made: next cycle
-        version = model.metadata.resourceVersion or None
-        return model, Ref(ref.resource, ref.namespace, ref.name, model.metadata.uid, version)
-
-    async def _patch(self, ref: Ref, patch: Obj, *, status: bool = False) -> Obj:
-        updated = await self._call(
-            self.gateway.patch,
-            ref.resource,
-            ref.namespace,
-            ref.name,
-            patch,
-            resource_version=self._version(ref),
-            subresource="status" if status else "",
-        )
-        updated.setdefault("kind", ref.resource.kind)
-        updated.setdefault("apiVersion", ref.resource.api_version)
-        self._assume(updated)
-        return updated
-
-    async def _delete(self, ref: Ref) -> None:
-        await self._call(self.gateway.delete, ref.resource, ref.namespace, ref.name)
-
-    async def _write(self, write: Write) -> None:
-        """A write a workload kind spelled (suspend, release, delete a member)."""
-        if isinstance(write, Patch):
-            await self._patch(write.ref, write.body)
-        elif isinstance(write, Delete):
-            await self._delete(write.ref)
-
-    async def _event(self, about: Ref, reason: str, message: str, *, warning: bool = False) -> None:
-        try:
-            await self._call(
-                self.gateway.event, about.about(), reason=reason, message=message, warning=warning
-            )
-        except gw.GatewayError as error:  # events are best effort
-            log.debug("event %s not posted: %s", reason, error)
-
-    async def _events(
-        self, refs: tuple[Ref, ...], reason: str, message: str, *, warning: bool = False
-    ) -> None:
-        for ref in refs:
-            await self._event(ref, reason, message, warning=warning)
-
-    def _journal(
-        self,
-        who: act.Subject,
-        event: JournalEvent,
-        reason: str,
-        message: str = "",
-        **extra: Any,
-    ) -> None:
-        if self.journal is None:
-            return
-        self.journal.record(
-            Entry(
-                at=datetime.now(UTC),
-                namespace=who.namespace,
-                name=who.name,
-                queue=who.queue.split("/", 1)[-1],
-                event=event,
-                reason=reason,
-                message=message,
-                uid=who.uid,
-                **extra,
-            )
-        )
-
-    async def _delete_pods(self, pods: tuple[Any, ...]) -> None:
-        for pod in pods:
-            await self._delete(pod.ref)
 
     # -- actions -------------------------------------------------------------------
 
@@ -211,13 +75,10 @@ class Applier:
 
     @apply.register
     async def _admit(self, action: act.Admit) -> None:
-        ref, current = action.group_ref, action.group
-        if current is None:
-            created = self._just_created(ref)
-            if created is None:
-                return
-            current, ref = created
-        current = self._latest(current, ref)
+        found = self._group_now(action.group, action.group_ref)
+        if found is None:
+            return
+        current, ref = found
         now = self.clock()
         status: Obj = {
             "phase": "Admitted",
@@ -400,14 +261,11 @@ class Applier:
 
     @apply.register
     async def _mark_pending(self, action: act.MarkPending) -> None:
-        ref, group = action.group_ref, action.group
-        previous = group.status.reason if group is not None else ""
-        if group is None:
-            created = self._just_created(ref)
-            if created is None:
-                return
-            group, ref = created
-        group = self._latest(group, ref)
+        previous = action.group.status.reason if action.group is not None else ""
+        found = self._group_now(action.group, action.group_ref)
+        if found is None:
+            return
+        group, ref = found
         now = self.clock()
         status = {
             "phase": "Pending",

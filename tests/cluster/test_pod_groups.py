@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import Cluster
-from tests.cluster.workloads import GPU, Objects, eventually, h100
+from tests.cluster.workloads import GPU, Objects, eventually, h100, only_on
 
 pytestmark = pytest.mark.cluster
 
@@ -45,23 +45,7 @@ def member(
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
         "spec": {
             "restartPolicy": "Never",
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {
-                                        "key": "kubernetes.io/hostname",
-                                        "operator": "In",
-                                        "values": nodes,
-                                    }
-                                ]
-                            }
-                        ]
-                    }
-                }
-            },
+            "affinity": only_on(nodes),
             "containers": [
                 {"name": "main", "image": image, "resources": {"limits": {GPU: str(gpus)}}}
             ],

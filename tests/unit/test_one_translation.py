@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 from unittest import mock
 
-from queue_controller.controller import apply
+from queue_controller.controller import writer
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
@@ -145,7 +145,7 @@ def patches(calls: Counter[str]) -> Iterator[Any]:
     yield counted(views, "member_pod", calls, "pod")
     yield counted(snapshot, "member_pod", calls, "pod")
     yield counted(objects, "pod_group", calls, "podgroup")
-    yield counted(apply, "pod_group", calls, "podgroup")
+    yield counted(writer, "pod_group", calls, "podgroup")
     yield counted(objects, "node", calls, "node")
     yield counted(objects, "queue", calls, "queue")
     yield counted(objects, "team_quota", calls, "teamquota")
