@@ -96,8 +96,9 @@ class Applier(Writer):
             ),
         }
         group = await self._patch(ref, {"status": status}, status=True)
-        for write in action.release:
-            await self._write(write)
+        # Admitted from here: the status says so.  Say it (events, journal, metrics)
+        # before the release, which may conflict with the Job controller's own
+        # updates and is then resumed next cycle (ResumeAdmission) without a word.
         placed = ", ".join(f"{node}: {n}" for node, n in sorted(action.placement.items()))
         about = (*[r for r in action.subject.about if r.resource.kind != "PodGroup"], ref)
         await self._events(about, "Admitted", f"{action.message} ({placed})")
@@ -111,6 +112,8 @@ class Applier(Writer):
         )
         self.metrics.admitted_gangs.labels(action.subject.queue).inc()
         self.metrics.admission_wait.observe(max(0.0, now - action.created))
+        for write in action.release:
+            await self._write(write)
 
     @apply.register
     async def _resume_admission(self, action: act.ResumeAdmission) -> None:
@@ -200,10 +203,9 @@ class Applier(Writer):
             "conditions": conditions,
         }
         # The status first: from here the gang holds no quota, whatever happens next.
+        # It is then said (events, journal, metrics) before the gang is taken back,
+        # which may fail part-way and is finished by later cycles (FinishEviction).
         await self._patch(action.group_ref, {"status": status}, status=True)
-        for write in action.hold:
-            await self._write(write)
-        await self._delete_pods(action.pods)
         about = action.subject.about
         await self._events(about, "Evicted", f"{action.reason}: {action.message}", warning=True)
         await self._events(
@@ -232,6 +234,9 @@ class Applier(Writer):
             self.metrics.requeued_gangs.labels(queue).inc()
         if action.partial_since is not None:
             self.metrics.partial_placement.observe(max(0.0, now - action.partial_since))
+        for write in action.hold:
+            await self._write(write)
+        await self._delete_pods(action.pods)
 
     @apply.register
     async def _set_condition(self, action: act.SetCondition) -> None:

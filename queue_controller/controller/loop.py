@@ -106,9 +106,11 @@ class SchedulingLoop:
         self.metrics.cycle_seconds.observe(time.perf_counter() - started)
         for problem in plan.skipped:
             log.warning("left out of the cycle: %s", problem)
+        # The gauges describe this cycle's decisions: set before the writes that carry
+        # them out, so whoever reads a status this cycle wrote finds them already.
+        self._gauges(plan)
         failed = await self.applier.apply_all(self._budgeted(plan.actions))
         self.health.cycles += 1
-        self._gauges(plan)
         if failed:
             log.info(
                 "cycle %d: %d of %d writes to retry", self.health.cycles, failed, len(plan.actions)

@@ -150,11 +150,31 @@ def test_an_admission_writes_the_pod_group_status_before_it_releases_the_job() -
     c = cluster(job(), group(phase="Pending"))
     (admission,) = only(c.plan(admit()), act.Admit)
     assert c.apply([admission]) == 0
-    assert steps(c.fake.writes()) == ["patch PodGroup/status", "patch Job", "event"]
+    # The status says Admitted, then it is said (events), then the Job is released.
+    assert steps(c.fake.writes()) == ["patch PodGroup/status", "event", "patch Job"]
     status = c.fake.writes()[0].body
     assert status is not None
     assert status["status"]["phase"] == "Admitted"
     assert status["status"]["placement"] == {"n1": 2}
+
+
+def test_an_admission_whose_release_conflicts_is_still_told_and_resumed_next_cycle() -> None:
+    """The Job controller updates a Job's status all the time: a release made on the
+    version the cycle read may conflict.  The admission has happened (the PodGroup says
+    so): its events are posted, and the next cycle resumes the release."""
+    c = cluster(job(), group(phase="Pending"))
+    c.fake.fail_next(
+        gw.Conflict(409, "the Job changed"),
+        when=lambda call: call.method == "patch" and call.resource.kind == "Job",
+    )
+    (admission,) = only(c.plan(admit()), act.Admit)
+    assert c.apply([admission]) == 1
+    assert c.held("PodGroup", "train")["status"]["phase"] == "Admitted"
+    assert c.held("Job", "train")["spec"]["suspend"] is True
+    assert "Admitted" in {e["reason"] for e in c.fake.events}
+    (resume,) = only(c.plan(), act.ResumeAdmission)
+    assert c.apply([resume]) == 0
+    assert c.held("Job", "train")["spec"]["suspend"] is False
 
 
 def test_an_admission_unsuspends_the_job_with_the_admission_gate_on_its_pods() -> None:
@@ -174,7 +194,7 @@ def test_an_eviction_writes_the_pod_group_status_before_suspending_and_deleting(
     )
     (eviction,) = only(c.plan(), act.Evict)
     assert c.apply([eviction]) == 0
-    assert steps(c.fake.writes()) == ["patch PodGroup/status", "patch Job", "delete Pod", "event"]
+    assert steps(c.fake.writes()) == ["patch PodGroup/status", "event", "patch Job", "delete Pod"]
     assert [call.name for call in c.fake.writes() if call.method == "delete"] == ["a", "b"]
     assert c.held("PodGroup", "train")["status"]["phase"] == "Evicted"
 
