@@ -172,11 +172,11 @@ class _Cycle:
             if w.phase is not WorkloadPhase.FINISHED
         ]
         admitted = [p for p in prepared if p.workload.phase is WorkloadPhase.ADMITTED]
+        self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted))
         self.pending = sorted(
             (p for p in prepared if p.workload.phase is WorkloadPhase.PENDING),
             key=lambda p: order_key(p.workload, p.priority),
         )
-        self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted))
         self.shapes: dict[str, tuple[_SetShape, ...]] = {}
         by_template: dict[tuple[PodTemplate, tuple[tuple[str, int], ...]], GangShape] = {}
         for p in self.pending:
@@ -216,9 +216,46 @@ class _Cycle:
         return {name: dict(amounts) for name, amounts in usage.items()}
 
     def run(self) -> CycleResult:
-        decisions = tuple(self._decide(p) for p in self.pending)
+        """Two passes: gangs within their quota's nominal first, then the borrowers.
+
+        As Kueue's scheduler orders its heads, a gang that fits within what is left
+        of its own TeamQuota's nominal is tried before any gang that would borrow,
+        so an older borrower cannot take a team's idle nominal from under the
+        team's own gang.  Whether a gang borrows is judged when its turn comes in
+        the first pass, on the quota as the cycle has used it so far.  A StrictFIFO
+        queue keeps its order: once one of its gangs is put off to the second pass,
+        every later gang of that queue goes with it.
+        """
+        decisions: list[Decision] = []
+        borrowers: list[_Prepared] = []
+        put_off: set[tuple[str, str]] = set()
+        for prepared in self.pending:
+            queue_key = (prepared.workload.namespace, prepared.workload.queue)
+            if queue_key in put_off or self._borrows(prepared):
+                borrowers.append(prepared)
+                queue = self.queues.get(queue_key)
+                if queue is not None and queue.ordering is Ordering.STRICT_FIFO:
+                    put_off.add(queue_key)
+                continue
+            decisions.append(self._decide(prepared))
+        decisions.extend(self._decide(p) for p in borrowers)
         usage = {quota.name: dict(self.ledger.used(quota.name)) for quota in self.snapshot.quotas}
-        return CycleResult(decisions, usage)
+        return CycleResult(tuple(decisions), usage)
+
+    def _borrows(self, prepared: _Prepared) -> bool:
+        """Whether admitting the gang now would borrow from its cohort.
+
+        Only a gang that could be admitted is judged: an invalid one, or one whose
+        queue or quota is missing, keeps its place to be reported.  Without a
+        cohort nothing can be borrowed: such a gang fits its quota or it does not.
+        """
+        workload = prepared.workload
+        queue = self.queues.get((workload.namespace, workload.queue))
+        if prepared.error or queue is None or queue.team_quota not in self.ledger:
+            return False
+        if not self.ledger.quota(queue.team_quota).cohort:
+            return False
+        return not self.ledger.within_nominal(queue.team_quota, prepared.need())
 
     def _decide(self, prepared: _Prepared) -> Decision:
         workload = prepared.workload
@@ -334,6 +371,10 @@ class _Cycle:
         need = prepared.need()
         shortfall = self.ledger.shortfall(queue.team_quota, need)
         if shortfall is not None:
+            if self.ledger.within_nominal(queue.team_quota, need):
+                # Its own nominal would hold it, but the cohort lent it out: what is
+                # still idle of it is not lent again this cycle.
+                self.ledger.hold_idle_nominal(queue.team_quota, need)
             return _decision(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, shortfall.describe())
         placed, explanation = self._place(prepared, sets)
         if not placed:
