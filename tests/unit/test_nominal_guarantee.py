@@ -65,25 +65,25 @@ def test_within_nominal_first_keeps_a_strict_fifo_queue_in_its_order() -> None:
     assert by_name["ns/small"].reason is Reason.WAITING_FOR_HEAD
 
 
-def lent_out() -> list[object]:
-    # The borrower already runs 3 of the lender's 4 nominal GPUs.
-    return [gang("running", 3, 1, queue="more", phase=WorkloadPhase.ADMITTED, created=0.0)]
-
-
-def test_idle_nominal_is_held_for_a_gang_that_fits_it_and_is_not_lent_again() -> None:
+def lent_out(*workloads: object) -> dict:
+    """The lender (nominal 4) and the borrower, which already runs 3 of the lender's GPUs."""
+    running = gang("running", 3, 1, queue="more", phase=WorkloadPhase.ADMITTED, created=0.0)
     result = schedule(
         snapshot(
             nodes=[gpu_node("n0", 8)],
-            workloads=[
-                *lent_out(),
-                gang("lenders-gang", 1, 2, queue="own", created=1.0),
-                gang("small-borrower", 1, 1, queue="more", created=2.0),
-            ],
+            workloads=[running, *workloads],
             quotas=[quota("lender", "c", gpu=gpus(4)), quota("borrower", "c", gpu=gpus(0))],
             queues=[queue("own", "lender"), queue("more", "borrower")],
         )
     )
-    by_name = {d.workload: d for d in result.decisions}
+    return {d.workload: d for d in result.decisions}
+
+
+def test_idle_nominal_is_held_for_a_gang_that_fits_it_and_is_not_lent_again() -> None:
+    by_name = lent_out(
+        gang("lenders-gang", 1, 2, queue="own", created=1.0),
+        gang("small-borrower", 1, 1, queue="more", created=2.0),
+    )
     lender = by_name["ns/lenders-gang"]
     assert lender.reason is Reason.QUOTA_EXCEEDED
     assert "needs 2, only 1 available (nominal 4, 0 in use" in lender.message
@@ -95,19 +95,10 @@ def test_idle_nominal_is_held_for_a_gang_that_fits_it_and_is_not_lent_again() ->
 
 def test_without_a_gang_that_fits_its_nominal_the_idle_nominal_is_lent() -> None:
     # The lender's gang needs more than its whole nominal: it borrows, so nothing is held.
-    result = schedule(
-        snapshot(
-            nodes=[gpu_node("n0", 8)],
-            workloads=[
-                *lent_out(),
-                gang("too-big", 1, 6, queue="own", created=1.0),
-                gang("small-borrower", 1, 1, queue="more", created=2.0),
-            ],
-            quotas=[quota("lender", "c", gpu=gpus(4)), quota("borrower", "c", gpu=gpus(0))],
-            queues=[queue("own", "lender"), queue("more", "borrower")],
-        )
+    by_name = lent_out(
+        gang("too-big", 1, 6, queue="own", created=1.0),
+        gang("small-borrower", 1, 1, queue="more", created=2.0),
     )
-    by_name = {d.workload: d for d in result.decisions}
     assert by_name["ns/too-big"].reason is Reason.QUOTA_EXCEEDED
     assert by_name["ns/small-borrower"].verdict is Verdict.ADMIT
 
