@@ -17,7 +17,6 @@ from queue_controller.core.decisions import Decision, Reason, Verdict
 from queue_controller.core.fit import EquivalenceIndex
 from queue_controller.core.gpuhealth import unhealthy_note
 from queue_controller.core.model import (
-    BoundPod,
     Node,
     Ordering,
     PodSet,
@@ -29,15 +28,13 @@ from queue_controller.core.model import (
 )
 from queue_controller.core.nodes import may_select
 from queue_controller.core.ordering import PriorityTable, order_key
+from queue_controller.core.prepared import Prepared, node_usage, prepare
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
-from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.core.resources import Resources, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Placer, shape_of
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Iterable[GangShape]], Placer]
-
-TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,112 +42,6 @@ class CycleResult:
     decisions: tuple[Decision, ...]
     # TeamQuota -> resource -> usage after this cycle's admissions.
     quota_usage: Mapping[str, Mapping[str, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    workload: Workload
-    priority: int
-    requests: tuple[Mapping[str, int], ...]  # per pod of each pod set; empty when invalid
-    error: str  # why it is invalid; empty when valid
-
-    def need(self) -> dict[str, int]:
-        """What the whole gang charges its quota: every pod of every pod set."""
-        total: Counter[str] = Counter()
-        for pod_set, request in zip(self.workload.pod_sets, self.requests, strict=True):
-            for resource, amount in request.items():
-                total[resource] += amount * pod_set.count
-        return dict(total)
-
-
-def _prepare(workload: Workload, priorities: PriorityTable) -> _Prepared:
-    def invalid(priority: int, message: str) -> _Prepared:
-        return _Prepared(workload, priority, (), message)
-
-    if not workload.pod_sets:
-        if workload.absent_members and not workload.spec_error:
-            return _Prepared(workload, 0, (), "")  # none of its members exists yet
-        return invalid(0, workload.spec_error or f"the {workload.kind} has no pods to run")
-    # Priority first, so an invalid gang is still listed where it would have queued.
-    first = workload.pod_sets[0]
-    try:
-        priority = priorities.value_of(first.template)
-    except InvalidSpecError as error:
-        return invalid(0, f"{_located(first.path, error.field)}: {error.detail}")
-    requests = []
-    for pod_set in workload.pod_sets:
-        try:
-            requests.append(pod_request(pod_set.template))
-        except InvalidSpecError as error:
-            return invalid(priority, f"{_located(pod_set.path, error.field)}: {error.detail}")
-    if workload.spec_error:
-        return invalid(priority, workload.spec_error)
-    for pod_set in workload.pod_sets:
-        if pod_set.min_count > pod_set.count and not workload.absent_members:
-            of_set = f" in pod set {pod_set.name}" if len(workload.pod_sets) > 1 else ""
-            return invalid(
-                priority,
-                f"the gang needs {pod_set.min_count} members{of_set} but the {workload.kind} "
-                f"runs only {pod_set.count} pods at once",
-            )
-    return _Prepared(workload, priority, tuple(requests), "")
-
-
-def _located(path: str, field: str) -> str:
-    return f"{path}.{field}" if path else field
-
-
-def _planned(workload: Workload) -> Mapping[str, Mapping[str, int]]:
-    """Pod set -> node -> planned members; a one-set plan may be given as a total."""
-    if workload.pod_set_placement:
-        return workload.pod_set_placement
-    if workload.placement and workload.pod_sets:
-        return {workload.pod_sets[0].name: workload.placement}
-    return {}
-
-
-def _node_usage(
-    pods: Iterable[BoundPod], admitted: Iterable[_Prepared]
-) -> dict[str, dict[str, int]]:
-    """What each node has given away.
-
-    That is its bound, non-terminated pods, plus the members of admitted gangs
-    that were planned onto it but are not bound yet: between admission and
-    binding, the plan itself holds the capacity.
-    """
-    used: dict[str, dict[str, int]] = {}
-
-    def charge(node: str, request: Mapping[str, int], times: int) -> None:
-        # Plain dict arithmetic: this runs for every pod at every cycle.
-        node_used = used.get(node)
-        if node_used is None:
-            used[node] = {r: amount * times for r, amount in request.items()}
-            return
-        for resource, amount in request.items():
-            node_used[resource] = node_used.get(resource, 0) + amount * times
-
-    arrived: Counter[tuple[str, str, str]] = Counter()
-    for pod in pods:
-        if pod.workload:
-            arrived[(pod.workload, pod.pod_set, pod.node_name)] += 1
-        if pod.phase in TERMINATED_PHASES or not pod.node_name:
-            continue
-        charge(pod.node_name, pod.request, 1)
-    for prepared in admitted:
-        workload = prepared.workload
-        if not prepared.requests:
-            continue
-        plan = _planned(workload)
-        first = workload.pod_sets[0].name
-        for pod_set, request in zip(workload.pod_sets, prepared.requests, strict=True):
-            for node, planned in plan.get(pod_set.name, {}).items():
-                here = arrived[(workload.key, pod_set.name, node)]
-                if pod_set.name == first:  # a pod that names no pod set is of the first
-                    here += arrived[(workload.key, "", node)]
-                waiting = planned - here
-                if waiting > 0:
-                    charge(node, request, waiting)
-    return used
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +58,7 @@ class _Cycle:
         priorities = PriorityTable(snapshot.priority_classes)
         self.queues = {(q.namespace, q.name): q for q in snapshot.queues}
         prepared = [
-            _prepare(w, priorities)
+            prepare(w, priorities)
             for w in snapshot.workloads
             if w.phase is not WorkloadPhase.FINISHED
         ]
@@ -192,7 +83,7 @@ class _Cycle:
             self.shapes[p.workload.key] = tuple(sets)
         self.placer = placer_factory(
             snapshot.nodes,
-            _node_usage(snapshot.pods, admitted),
+            node_usage(snapshot.pods, admitted),
             (s.shape for sets in self.shapes.values() for s in sets),
         )
         # Nodes with some GPUs out, named when a gang does not fit (rarely any).
@@ -206,7 +97,7 @@ class _Cycle:
         self.admissions = 0
         self.failed: dict[tuple[object, ...], tuple[int, Decision]] = {}
 
-    def _quota_usage(self, admitted: Iterable[_Prepared]) -> dict[str, dict[str, int]]:
+    def _quota_usage(self, admitted: Iterable[Prepared]) -> dict[str, dict[str, int]]:
         usage: dict[str, Counter[str]] = defaultdict(Counter)
         for p in admitted:
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
@@ -227,7 +118,7 @@ class _Cycle:
         every later gang of that queue goes with it.
         """
         decisions: list[Decision] = []
-        borrowers: list[_Prepared] = []
+        borrowers: list[Prepared] = []
         put_off: set[tuple[str, str]] = set()
         for prepared in self.pending:
             queue_key = (prepared.workload.namespace, prepared.workload.queue)
@@ -242,7 +133,7 @@ class _Cycle:
         usage = {quota.name: dict(self.ledger.used(quota.name)) for quota in self.snapshot.quotas}
         return CycleResult(tuple(decisions), usage)
 
-    def _borrows(self, prepared: _Prepared) -> bool:
+    def _borrows(self, prepared: Prepared) -> bool:
         """Whether admitting the gang now would borrow from its cohort.
 
         Only a gang that could be admitted is judged: an invalid one, or one whose
@@ -257,7 +148,7 @@ class _Cycle:
             return False
         return not self.ledger.within_nominal(queue.team_quota, prepared.need())
 
-    def _decide(self, prepared: _Prepared) -> Decision:
+    def _decide(self, prepared: Prepared) -> Decision:
         workload = prepared.workload
 
         def pending(reason: Reason, message: str) -> Decision:
@@ -317,7 +208,7 @@ class _Cycle:
             message += f" (still short after {_duration(waited)}, past the queue's {timeout}s)"
         return message
 
-    def _try_admit(self, prepared: _Prepared, queue: Queue) -> Decision:
+    def _try_admit(self, prepared: Prepared, queue: Queue) -> Decision:
         workload = prepared.workload
         sets = self.shapes[workload.key]
         twin = (
@@ -337,7 +228,7 @@ class _Cycle:
         return decision
 
     def _place(
-        self, prepared: _Prepared, sets: tuple[_SetShape, ...]
+        self, prepared: Prepared, sets: tuple[_SetShape, ...]
     ) -> tuple[list[Placement], str]:
         """Every pod set placed, as one transaction: (placements, "") or ([], why not).
 
@@ -366,7 +257,7 @@ class _Cycle:
             return [], explanation
         return placed, ""
 
-    def _attempt(self, prepared: _Prepared, queue: Queue, sets: tuple[_SetShape, ...]) -> Decision:
+    def _attempt(self, prepared: Prepared, queue: Queue, sets: tuple[_SetShape, ...]) -> Decision:
         workload = prepared.workload
         need = prepared.need()
         shortfall = self.ledger.shortfall(queue.team_quota, need)
