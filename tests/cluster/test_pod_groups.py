@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import Cluster
-from tests.cluster.workloads import GPU, Objects, eventually, h100, only_on
+from tests.cluster.workloads import GPU, Objects, eventually, h100, only_on, table
 
 pytestmark = pytest.mark.cluster
 
@@ -103,6 +103,8 @@ def test_a_pod_group_applied_one_by_one_stays_gated_until_whole_then_binds_as_pl
     assert dict(bound) == placement, "every member runs on the node its PodGroup planned"
     for name in names:
         assert gates(cluster, namespace, name) == []
+    (row,) = table(cluster.kubectl("get", "podgroups", "-n", namespace, "-o", "wide"))
+    assert (row["NAME"], row["PHASE"], row["KIND"]) == ("pods-ring", "Running", "Pod")
     events = cluster.kubectl(
         "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=pods-ring"
     )
@@ -144,14 +146,11 @@ def test_kueue_pod_group_labels_and_a_single_pod_queue_as_they_are(
     assert pod(cluster, namespace, "solo").spec.node_name in nodes
 
 
-def test_a_member_deleted_and_made_again_by_its_replicaset_is_bound_into_the_plan(
-    cluster: Cluster, namespace: str, objects: Objects
-) -> None:
-    """Pods an owner makes again are gated again and bound back into the gang's plan."""
-    objects.queue("q", objects.team_quota(16), timeout=120)
-    template = member("x", group="rs", total=2, gpus=4, nodes=h100(2, 3))
+def replica_set(nodes: list[str]) -> dict[str, Any]:
+    """A ReplicaSet whose two pods are one gang (group rs), on ``nodes``."""
+    template = member("x", group="rs", total=2, gpus=4, nodes=nodes)
     template["spec"]["restartPolicy"] = "Always"
-    replica_set = {
+    return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {"name": "rs"},
@@ -167,18 +166,30 @@ def test_a_member_deleted_and_made_again_by_its_replicaset_is_bound_into_the_pla
             },
         },
     }
-    apply(cluster, namespace, replica_set)
+
+
+def replicas(cluster: Cluster, namespace: str) -> list[Any]:
+    """The ReplicaSet's pods that are not being deleted."""
+    return [
+        p
+        for p in cluster.core.list_namespaced_pod(namespace, label_selector="app=rs").items
+        if p.metadata.deletion_timestamp is None
+    ]
+
+
+def test_a_member_deleted_and_made_again_by_its_replicaset_is_bound_into_the_plan(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    """Pods an owner makes again are gated again and bound back into the gang's plan."""
+    objects.queue("q", objects.team_quota(16), timeout=120)
+    apply(cluster, namespace, replica_set(h100(2, 3)))
     running = eventually(lambda: objects.phase("pods-rs", "Running"), what="the ReplicaSet's gang")
     owners = running["metadata"]["ownerReferences"]
     assert [(o["kind"], o["name"]) for o in owners] == [("ReplicaSet", "rs")]
     placement = running["status"]["placement"]
 
     def members() -> list[Any]:
-        return [
-            p
-            for p in cluster.core.list_namespaced_pod(namespace, label_selector="app=rs").items
-            if p.metadata.deletion_timestamp is None
-        ]
+        return replicas(cluster, namespace)
 
     victim = members()[0].metadata.name
     cluster.core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
@@ -198,3 +209,44 @@ def test_a_member_deleted_and_made_again_by_its_replicaset_is_bound_into_the_pla
     assert group is not None
     assert group["status"]["phase"] == "Running"
     assert group["status"].get("requeueCount", 0) == 0, "a member made again is no eviction"
+
+
+def test_an_evicted_pod_gang_is_made_again_by_its_owner_requeued_and_readmitted(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    """Eviction deletes the members; the ReplicaSet makes them again, the webhook gates
+    them, and the gang queues anew and is admitted elsewhere."""
+    objects.queue("q", objects.team_quota(16), timeout=5)
+    nodes = h100(1, 2, 3)
+    apply(cluster, namespace, replica_set(nodes))
+    first = eventually(lambda: objects.phase("pods-rs", "Running"), what="the gang running")
+    # One member's node is cordoned and the member lost: its replacement is bound to the
+    # planned node, cannot be scheduled there, and the gang is short past its timeout.
+    before = replicas(cluster, namespace)
+    member_pod = before[0]
+    lost_on = member_pod.spec.node_name
+    cluster.kubectl("cordon", lost_on)
+    try:
+        cluster.core.delete_namespaced_pod(
+            member_pod.metadata.name, namespace, grace_period_seconds=0
+        )
+
+        def readmitted() -> dict[str, Any] | None:
+            group = objects.pod_group("pods-rs")
+            status = (group or {}).get("status", {})
+            if status.get("phase") != "Running" or status.get("requeueCount", 0) < 1:
+                return None
+            return group
+
+        again = eventually(readmitted, timeout=90, what="evicted, requeued and running again")
+        evicted = next(c for c in again["status"]["conditions"] if c["type"] == "Evicted")
+        assert evicted["reason"] == "MembersLost"
+        assert lost_on not in again["status"]["placement"], "the new plan avoids the cordoned node"
+        now = replicas(cluster, namespace)
+        assert len(now) == 2
+        assert {p.metadata.uid for p in now}.isdisjoint({p.metadata.uid for p in [member_pod]})
+        assert Counter(p.spec.node_name for p in now) == Counter(again["status"]["placement"])
+        assert all(p.status.phase == "Running" for p in now)
+        assert first["metadata"]["uid"] == again["metadata"]["uid"], "one PodGroup throughout"
+    finally:
+        cluster.kubectl("uncordon", lost_on)

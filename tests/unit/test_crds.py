@@ -285,6 +285,7 @@ EXPECTED = {
             "Running": ".status.running",
             "Requeues": ".status.requeueCount",
             "Reason": ".status.reason",
+            "Kind": ".metadata.labels.queue-controller\\.io/workload-kind",
             "Age": ".metadata.creationTimestamp",
         },
     ),
