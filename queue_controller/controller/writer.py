@@ -150,6 +150,7 @@ class Writer:
                 event=event,
                 reason=reason,
                 message=message,
+                kind=who.kind,
                 uid=who.uid,
                 **extra,
             )

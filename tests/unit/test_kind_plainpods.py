@@ -3,19 +3,25 @@ through the planner (admitted while gated, evicted and made again)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from queue_controller.controller import actions as act
+from queue_controller.controller.apply import Applier
 from queue_controller.controller.lifecycle import Planner
+from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult, Decision, Reason, Verdict
+from queue_controller.journal import Journal, read_history
 from queue_controller.kube import kinds
 from queue_controller.kube.kinds.plainpods import POD_SET_ANNOTATION, PlainPods
 from queue_controller.kube.resources import ADMISSION_GATE, JOB, POD
 from queue_controller.kube.views import Delete, member_pod
+from tests.fakes.gateway import FakeGateway
 from tests.unit.test_lifecycle import NOW, QUEUE, iso
 from tests.views import seen
 
@@ -363,3 +369,26 @@ def test_a_pod_group_whose_members_are_gone_is_deleted_after_the_grace() -> None
     recent = group("Evicted")
     recent["metadata"]["creationTimestamp"] = iso(60)
     assert plan(recent) == []
+
+
+def test_a_pod_gangs_admission_is_journalled_with_its_kind(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    objects = (pod("ring-0"), pod("ring-1"), group("Pending"))
+    fake = FakeGateway(QUEUE, *objects, clock=lambda: NOW)
+    state = ClusterState()
+    state.replace_all(fake.all())
+    journal = Journal(url)
+    journal.start()  # brings the schema up
+    try:
+        applier = Applier(fake, state, journal, Metrics(), clock=lambda: NOW)
+        decision = Decision(
+            "ns/pods-ring", "q", Verdict.ADMIT, Reason.ADMITTED, "2 members", {"n1": 2}, kind="Pod"
+        )
+        actions = Planner(300).plan(seen(state, NOW), CycleResult((decision,), {}), now=NOW)
+        assert asyncio.run(applier.apply_all(actions)) == 0
+        assert journal.flush()
+    finally:
+        journal.close()
+    (entry,) = read_history(url, namespace="ns")
+    assert (entry.kind, entry.name, entry.event.value) == ("Pod", "pods-ring", "Admitted")
+    assert entry.placement == {"n1": 2}
