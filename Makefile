@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim bench-gpu \
+.PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim bench-gpu bench-translate \
         clean help \
         cluster-build cluster-up cluster-down cluster-status
 
@@ -74,6 +74,9 @@ bench-sim: $(STAMP)  ## Simulator benchmark: bundled 5,000 jobs, and 20,000 jobs
 
 bench-gpu: $(STAMP)  ## GPU health benchmark: one DCGM read for 100 to 5,000 nodes, admission with faults
 	$(BIN)/python -m tests.bench.bench_gpuhealth
+
+bench-translate: $(STAMP)  ## One controller cycle: translating the raw objects against the core's cycle
+	$(BIN)/python -m tests.bench.bench_translate
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -135,7 +135,8 @@ def member_pod(obj: Obj) -> MemberPod:
     uses_gpus = any(
         is_gpu_resource(name)
         for container in template.containers
-        for name in (*container.requests, *container.limits)
+        for resources in (container.requests, container.limits)
+        for name in resources
     )
     return MemberPod(
         ref=ref_of(POD, obj),
