@@ -23,7 +23,6 @@ import dataclasses
 import json
 import math
 import sys
-import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable
@@ -44,17 +43,7 @@ from queue_controller.core import (
 from queue_controller.core.cycle import PlacerFactory
 from tests.bench import openb
 from tests.bench.synthetic import make_cluster
-
-
-def _cpu_seconds(run: Callable[[], CycleResult], repeat: int) -> tuple[float, CycleResult]:
-    best = math.inf
-    result: CycleResult | None = None
-    for _ in range(repeat):
-        start = time.process_time()
-        result = run()
-        best = min(best, time.process_time() - start)
-    assert result is not None
-    return best, result
+from tests.bench.timing import best_cpu_seconds
 
 
 def _peak_mib(snapshot: Snapshot) -> float:
@@ -75,7 +64,7 @@ def measure(
     def run(placer: PlacerFactory, snap: Snapshot) -> Callable[[], CycleResult]:
         return lambda: schedule(snap, placer=placer)
 
-    fast_s, result = _cpu_seconds(run(EquivalenceIndex, snapshot), repeat)
+    fast_s, result = best_cpu_seconds(run(EquivalenceIndex, snapshot), repeat)
     verdicts = Counter(d.verdict for d in result.decisions)
     gangs = len(snapshot.workloads)
     row: dict[str, Any] = {
@@ -92,8 +81,8 @@ def measure(
     }
     if naive_gangs:
         prefix = _prefix(snapshot, min(naive_gangs, gangs))
-        naive_s, naive_result = _cpu_seconds(run(PodByPodPlacer, prefix), 1)
-        fast_prefix_s, fast_result = _cpu_seconds(run(EquivalenceIndex, prefix), repeat)
+        naive_s, naive_result = best_cpu_seconds(run(PodByPodPlacer, prefix), 1)
+        fast_prefix_s, fast_result = best_cpu_seconds(run(EquivalenceIndex, prefix), repeat)
         row |= {
             "naive_gangs": len(prefix.workloads),
             "naive_s": round(naive_s, 3),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
@@ -39,6 +38,7 @@ from queue_controller.core.model import GpuHealth, Node, Snapshot
 from queue_controller.gpuhealth.dcgm import parse
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker
+from tests.bench.timing import best_cpu_seconds
 from tests.builders import gang, gpu_node, queue, quota
 
 T = TypeVar("T")
@@ -106,21 +106,13 @@ def exposition(nodes: int, *, seed: int, others: bool) -> tuple[str, set[tuple[s
     return "\n".join(lines) + "\n", sick
 
 
-def best(repeat: int, work: Callable[[], T]) -> tuple[float, T]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.process_time()
-        result = work()
-        times.append(time.process_time() - start)
-    assert result is not None
-    return min(times), result
-
-
 def run(nodes: int, repeat: int) -> dict[str, float]:
     text, sick = exposition(nodes, seed=nodes, others=False)
     everything, _ = exposition(nodes, seed=nodes, others=True)
-    parse_s, parsed = best(repeat, lambda: parse(text, source="federate"))
-    parse_all_s, parsed_all = best(repeat, lambda: parse(everything, source="exporters"))
+    parse_s, parsed = best_cpu_seconds(lambda: parse(text, source="federate"), repeat)
+    parse_all_s, parsed_all = best_cpu_seconds(
+        lambda: parse(everything, source="exporters"), repeat
+    )
     assert parsed_all.samples == parsed.samples
     hosts = sorted({s.host for s in parsed.samples})
 
@@ -131,8 +123,10 @@ def run(nodes: int, repeat: int) -> dict[str, float]:
         idle.observe(parsed.samples, now=1000.0)
         return health, idle
 
-    observe_s, (health, _) = best(repeat, observe)
-    report_s, reports = best(repeat, lambda: {h: health.unhealthy(h, now=1000.0) for h in hosts})
+    observe_s, (health, _) = best_cpu_seconds(observe, repeat)
+    report_s, reports = best_cpu_seconds(
+        lambda: {h: health.unhealthy(h, now=1000.0) for h in hosts}, repeat
+    )
     assert sum(len(r) for r in reports.values()) == len(sick)
 
     cluster = [gpu_node(h, GPUS) for h in hosts]
@@ -150,8 +144,8 @@ def run(nodes: int, repeat: int) -> dict[str, float]:
         )
         return lambda: schedule(snapshot)
 
-    healthy_s, _ = best(repeat, cycle(cluster))
-    with_faults_s, _ = best(repeat, cycle(sick_nodes))
+    healthy_s, _ = best_cpu_seconds(cycle(cluster), repeat)
+    with_faults_s, _ = best_cpu_seconds(cycle(sick_nodes), repeat)
     return {
         "nodes": nodes,
         "series": 3 * nodes * GPUS,

@@ -23,8 +23,6 @@ own cycle by reading the raw objects.
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rich.console import Console
@@ -34,6 +32,7 @@ from queue_controller.controller.lifecycle import Planner
 from queue_controller.core import schedule
 from queue_controller.kube.fields import describe
 from queue_controller.kube.snapshot import Located, translate
+from tests.bench.timing import best_cpu_seconds
 
 T = TypeVar("T")
 QUEUE_LABEL = "queue-controller.io/queue"
@@ -170,16 +169,6 @@ def objects(nodes: int) -> list[dict[str, Any]]:
     return out
 
 
-def _cpu(function: Callable[[], T], repeat: int) -> tuple[float, T]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        started = time.process_time()
-        result = function()
-        best = min(best, time.process_time() - started)
-    assert result is not None
-    return best, result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 nodes only")
@@ -200,11 +189,13 @@ def main() -> None:
     for nodes in sizes:
         raw = objects(nodes)
         items = [Located(describe(o), o) for o in raw]
-        t_translate, seen = _cpu(
+        t_translate, seen = best_cpu_seconds(
             lambda items=items: translate(items, now=NOW, skip=lambda e: None), args.repeat
         )
-        t_schedule, result = _cpu(lambda seen=seen: schedule(seen.snapshot), args.repeat)
-        t_plan, _ = _cpu(
+        t_schedule, result = best_cpu_seconds(
+            lambda seen=seen: schedule(seen.snapshot), args.repeat
+        )
+        t_plan, _ = best_cpu_seconds(
             lambda seen=seen, result=result: Planner(300).plan(seen, result, now=NOW), args.repeat
         )
         table.add_row(
