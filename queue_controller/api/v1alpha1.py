@@ -77,10 +77,68 @@ class ResourceLimits(_Strict):
         return self
 
 
+class ReclaimWithinCohort(StrEnum):
+    """Kueue's ClusterQueue ``preemption.reclaimWithinCohort``."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"  # borrowing gangs of other quotas with a lower priority
+    ANY = "Any"  # borrowing gangs of other quotas, whatever their priority
+
+
+class WithinTeamQuota(StrEnum):
+    """Kueue's ClusterQueue ``preemption.withinClusterQueue``."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class BorrowWithinCohortPolicy(StrEnum):
+    """Kueue's ClusterQueue ``preemption.borrowWithinCohort.policy``."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+
+
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1, strict=True)]
+
+
+class BorrowWithinCohort(_Strict):
+    policy: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
+    maxPriorityThreshold: Int32 | None = None
+
+    @model_validator(mode="after")
+    def _threshold_needs_lower_priority(self) -> BorrowWithinCohort:
+        if (
+            self.maxPriorityThreshold is not None
+            and self.policy is not BorrowWithinCohortPolicy.LOWER_PRIORITY
+        ):
+            raise ValueError("maxPriorityThreshold needs policy LowerPriority")
+        return self
+
+
+class PreemptionSpec(_Strict):
+    reclaimWithinCohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    withinTeamQuota: WithinTeamQuota = WithinTeamQuota.NEVER
+    borrowWithinCohort: BorrowWithinCohort = BorrowWithinCohort()
+
+    @model_validator(mode="after")
+    def _borrow_needs_reclaim(self) -> PreemptionSpec:
+        if (
+            self.borrowWithinCohort.policy is not BorrowWithinCohortPolicy.NEVER
+            and self.reclaimWithinCohort is ReclaimWithinCohort.NEVER
+        ):
+            raise ValueError(
+                "borrowWithinCohort.policy needs reclaimWithinCohort other than Never, as in Kueue"
+            )
+        return self
+
+
 class TeamQuotaSpec(_Strict):
     cohort: CohortName = ""
     # At most 15: the CRD's CEL rules must stay within the API server's cost budget.
     resources: dict[str, ResourceLimits] = Field(default_factory=dict, max_length=15)
+    preemption: PreemptionSpec = PreemptionSpec()
 
     @model_validator(mode="after")
     def _rules(self) -> TeamQuotaSpec:

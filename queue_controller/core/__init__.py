@@ -9,6 +9,7 @@ from queue_controller.core.cycle import CycleResult, schedule
 from queue_controller.core.decisions import Decision, Reason, Verdict
 from queue_controller.core.fit import EquivalenceIndex
 from queue_controller.core.model import (
+    BorrowPolicy,
     BoundPod,
     Container,
     Node,
@@ -16,8 +17,10 @@ from queue_controller.core.model import (
     Ordering,
     PodSet,
     PodTemplate,
+    Preemption,
     PriorityClass,
     Queue,
+    ReclaimPolicy,
     RequeuePolicy,
     ResourceQuota,
     SelectorRequirement,
@@ -25,6 +28,7 @@ from queue_controller.core.model import (
     Taint,
     TeamQuota,
     Toleration,
+    WithinPolicy,
     Workload,
     WorkloadPhase,
     one_pod_set,
@@ -32,6 +36,7 @@ from queue_controller.core.model import (
 from queue_controller.core.podscan import PodByPodPlacer
 
 __all__ = [
+    "BorrowPolicy",
     "BoundPod",
     "Container",
     "CycleResult",
@@ -43,9 +48,11 @@ __all__ = [
     "PodByPodPlacer",
     "PodSet",
     "PodTemplate",
+    "Preemption",
     "PriorityClass",
     "Queue",
     "Reason",
+    "ReclaimPolicy",
     "RequeuePolicy",
     "ResourceQuota",
     "SelectorRequirement",
@@ -54,6 +61,7 @@ __all__ = [
     "TeamQuota",
     "Toleration",
     "Verdict",
+    "WithinPolicy",
     "Workload",
     "WorkloadPhase",
     "one_pod_set",

@@ -176,11 +176,47 @@ class ResourceQuota:
     lending_limit: int | None = None  # None: may lend all of its nominal
 
 
+class ReclaimPolicy(StrEnum):
+    """Kueue's ``reclaimWithinCohort``: whom a gang that fits its nominal preempts in the cohort."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"  # borrowing gangs of other quotas with a lower priority
+    ANY = "Any"  # borrowing gangs of other quotas, whatever their priority
+
+
+class WithinPolicy(StrEnum):
+    """Kueue's ``withinClusterQueue``: whom a gang preempts in its own TeamQuota."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    # Lower priority, or equal priority and created after the pending gang.
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class BorrowPolicy(StrEnum):
+    """Kueue's ``borrowWithinCohort.policy``: may a borrowing gang preempt in the cohort."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"  # gangs of other quotas with a lower priority
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A TeamQuota's preemption policy (``spec.preemption``); all Never: nothing is preempted."""
+
+    reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.NEVER
+    within_team_quota: WithinPolicy = WithinPolicy.NEVER
+    borrow_within_cohort: BorrowPolicy = BorrowPolicy.NEVER
+    # Borrowing, preempt only gangs with a priority at or below this; None: any lower one.
+    borrow_max_priority: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class TeamQuota:
     name: str
     resources: Mapping[str, ResourceQuota]
     cohort: str = ""
+    preemption: Preemption = Preemption()
 
 
 class Ordering(StrEnum):

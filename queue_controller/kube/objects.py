@@ -13,19 +13,23 @@ from pydantic import ValidationError
 
 from queue_controller.api import v1alpha1
 from queue_controller.core.model import (
+    BorrowPolicy,
     Container,
     Node,
     NodeSelectorTerm,
     Ordering,
     PodTemplate,
+    Preemption,
     PriorityClass,
     Queue,
+    ReclaimPolicy,
     RequeuePolicy,
     ResourceQuota,
     SelectorRequirement,
     Taint,
     TeamQuota,
     Toleration,
+    WithinPolicy,
 )
 from queue_controller.core.quantity import parse_milli
 from queue_controller.errors import InputError, QuantityError
@@ -168,6 +172,8 @@ def team_quota(obj: Obj) -> TeamQuota:
     def milli(value: str | int | None) -> int | None:
         return None if value is None else parse_milli(value)
 
+    preemption = model.spec.preemption
+
     return TeamQuota(
         name=model.metadata.name,
         cohort=model.spec.cohort,
@@ -179,6 +185,12 @@ def team_quota(obj: Obj) -> TeamQuota:
             )
             for name, limits in model.spec.resources.items()
         },
+        preemption=Preemption(
+            reclaim_within_cohort=ReclaimPolicy(preemption.reclaimWithinCohort.value),
+            within_team_quota=WithinPolicy(preemption.withinTeamQuota.value),
+            borrow_within_cohort=BorrowPolicy(preemption.borrowWithinCohort.policy.value),
+            borrow_max_priority=preemption.borrowWithinCohort.maxPriorityThreshold,
+        ),
     )
 
 

@@ -575,6 +575,16 @@ def test_defaults_match_the_model(kind: str, model: type[BaseModel]) -> None:
 def test_enums_match_the_model() -> None:
     ordering = schema_at("Queue", ".spec.ordering")
     assert ordering["enum"] == [o.value for o in QueueOrdering]
+    preemption = ".spec.preemption"
+    assert schema_at("TeamQuota", f"{preemption}.reclaimWithinCohort")["enum"] == [
+        p.value for p in v1alpha1.ReclaimWithinCohort
+    ]
+    assert schema_at("TeamQuota", f"{preemption}.withinTeamQuota")["enum"] == [
+        p.value for p in v1alpha1.WithinTeamQuota
+    ]
+    assert schema_at("TeamQuota", f"{preemption}.borrowWithinCohort.policy")["enum"] == [
+        p.value for p in v1alpha1.BorrowWithinCohortPolicy
+    ]
     phase = schema_at("PodGroup", ".status.phase")
     assert phase["enum"] == [p.value for p in PodGroupPhase]
     status = v1alpha1.Condition.model_fields["status"].annotation
@@ -701,6 +711,29 @@ VALID = {
     "tq-lending-without-cohort": teamquota({"resources": {GPU: {"nominal": 8, "lendingLimit": 8}}}),
     "tq-null-limit": teamquota({"resources": {GPU: {"nominal": 8, "lendingLimit": None}}}),
     "tq-empty-spec": teamquota({}),
+    "tq-preemption-empty": teamquota({"preemption": {}}),
+    "tq-preemption-full": teamquota(
+        {
+            "cohort": "gpu-pool",
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "withinTeamQuota": "LowerOrNewerEqualPriority",
+                "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": -100},
+            },
+        }
+    ),
+    "tq-preemption-lower-priority": teamquota(
+        {
+            "preemption": {
+                "reclaimWithinCohort": "LowerPriority",
+                "withinTeamQuota": "LowerPriority",
+                "borrowWithinCohort": {"policy": "LowerPriority"},
+            }
+        }
+    ),
+    "tq-preemption-borrow-never": teamquota(
+        {"preemption": {"withinTeamQuota": "Never", "borrowWithinCohort": {"policy": "Never"}}}
+    ),
     "q-minimal": queue({"teamQuota": "research"}),
     "q-full": queue(
         {
@@ -766,6 +799,30 @@ INVALID = {
         {"resources": {f"example.com/r{i}": {"nominal": 1} for i in range(16)}}
     ),
     "q-integer-as-string": queue({"teamQuota": "research", "podsReadyTimeoutSeconds": "600"}),
+    "tq-reclaim-unknown": teamquota({"preemption": {"reclaimWithinCohort": "Always"}}),
+    "tq-within-any": teamquota({"preemption": {"withinTeamQuota": "Any"}}),
+    "tq-within-cluster-queue-name": teamquota({"preemption": {"withinClusterQueue": "Never"}}),
+    "tq-borrow-any": teamquota(
+        {"preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Any"}}}
+    ),
+    "tq-borrow-as-string": teamquota({"preemption": {"borrowWithinCohort": "Never"}}),
+    "tq-threshold-as-string": teamquota(
+        {
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": "100"},
+            }
+        }
+    ),
+    "tq-threshold-above-int32": teamquota(
+        {
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 2**31},
+            }
+        }
+    ),
+    "tq-unknown-preemption-field": teamquota({"preemption": {"reclaim": "Any"}}),
 }
 
 
@@ -840,6 +897,39 @@ CEL_ONLY = {
         "TeamQuota",
         ("self.cohort != ''", "borrowingLimit"),
         "cohort",
+    ),
+    "tq-threshold-without-policy": CelCase(
+        teamquota({"preemption": {"borrowWithinCohort": {"maxPriorityThreshold": 100}}}),
+        "TeamQuota",
+        ("self.maxPriorityThreshold", "self.policy == 'LowerPriority'"),
+        "maxPriorityThreshold needs policy LowerPriority",
+    ),
+    "tq-threshold-with-policy-never": CelCase(
+        teamquota(
+            {"preemption": {"borrowWithinCohort": {"policy": "Never", "maxPriorityThreshold": 0}}}
+        ),
+        "TeamQuota",
+        ("self.maxPriorityThreshold", "self.policy == 'LowerPriority'"),
+        "maxPriorityThreshold needs policy LowerPriority",
+    ),
+    "tq-borrow-without-reclaim": CelCase(
+        teamquota({"preemption": {"borrowWithinCohort": {"policy": "LowerPriority"}}}),
+        "TeamQuota",
+        ("self.borrowWithinCohort.policy", "self.reclaimWithinCohort != 'Never'"),
+        "reclaimWithinCohort",
+    ),
+    "tq-borrow-with-reclaim-never": CelCase(
+        teamquota(
+            {
+                "preemption": {
+                    "reclaimWithinCohort": "Never",
+                    "borrowWithinCohort": {"policy": "LowerPriority"},
+                }
+            }
+        ),
+        "TeamQuota",
+        ("self.borrowWithinCohort.policy", "self.reclaimWithinCohort != 'Never'"),
+        "reclaimWithinCohort",
     ),
     "tq-empty-resource-name": CelCase(
         teamquota({"resources": {"": {"nominal": 1}}}),
