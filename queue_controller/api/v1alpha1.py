@@ -245,6 +245,8 @@ class PodGroupStatus(BaseModel):
     placement: dict[str, NonNegative] = Field(default_factory=dict)
     # The same plan pod set by pod set, for a gang of more than one pod set.
     podSetPlacement: dict[str, dict[str, NonNegative]] = Field(default_factory=dict)
+    # Room held while a preemption is under way: pod set -> node -> members.
+    nominatedPlacement: dict[str, dict[str, NonNegative]] = Field(default_factory=dict)
     running: NonNegative = 0
     requeueCount: NonNegative = 0
     requeueAt: datetime | None = None

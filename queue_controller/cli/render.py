@@ -12,7 +12,12 @@ from rich.table import Table
 
 from queue_controller.core import Decision, Snapshot, Verdict
 
-_STYLE = {Verdict.ADMIT: "green", Verdict.PENDING: "yellow", Verdict.INVALID: "red"}
+_STYLE = {
+    Verdict.ADMIT: "green",
+    Verdict.PREEMPT: "magenta",
+    Verdict.PENDING: "yellow",
+    Verdict.INVALID: "red",
+}
 
 
 def _placement(decision: Decision) -> str:
@@ -41,6 +46,9 @@ def decisions_table(
     for number, decision in enumerate(decisions, start=1):
         style = _STYLE[decision.verdict]
         detail = _placement(decision) if decision.verdict is Verdict.ADMIT else decision.message
+        if decision.verdict is Verdict.PREEMPT:
+            evicts = ", ".join(key.split("/", 1)[1] for key, _ in decision.victims)
+            detail = f"{_placement(decision)} once it evicts {evicts}"
         table.add_row(
             str(number),
             escape(decision.workload),
@@ -58,8 +66,9 @@ def decisions_table(
     counts = Counter(d.verdict for d in decisions)
     summary = (
         f"{len(decisions)} pending gangs over {len(snapshot.nodes)} nodes: "
-        f"{counts[Verdict.ADMIT]} admit, {counts[Verdict.PENDING]} pending, "
-        f"{counts[Verdict.INVALID]} invalid"
+        f"{counts[Verdict.ADMIT]} admit, "
+        + (f"{counts[Verdict.PREEMPT]} preempt, " if counts[Verdict.PREEMPT] else "")
+        + f"{counts[Verdict.PENDING]} pending, {counts[Verdict.INVALID]} invalid"
     )
     if skipped:
         summary += f" ({skipped} objects of other kinds skipped)"

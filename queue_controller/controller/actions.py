@@ -68,6 +68,19 @@ class Admit:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Nominate:
+    """A gang preempts others: it holds the room they give back (nominatedPlacement)."""
+
+    subject: Subject
+    group: PodGroup | None  # None: the PodGroup is created in this cycle
+    group_ref: Ref
+    reason: str  # ReclaimWithinCohort | BorrowWithinCohort | WithinTeamQuota
+    message: str
+    nominated: Mapping[str, Mapping[str, int]]
+    victims: tuple[str, ...]  # namespace/name of the gangs it preempts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeAdmission:
     """The PodGroup says Admitted but the gang is still held (a restart came between)."""
 
@@ -97,10 +110,11 @@ class MarkMembersLost(GroupAction):
 class Evict(GroupAction):
     pods: tuple[MemberPod, ...]
     hold: tuple[Write, ...]  # the kind's writes that take the gang back
-    reason: str  # PodsReadyTimeout | MembersLost | JobSuspended | GPUUnhealthy | Idle
+    reason: str  # PodsReadyTimeout | MembersLost | JobSuspended | GPUUnhealthy | Idle | Preempted
     message: str
     requeue: Requeue
     partial_since: float | None  # when partial placement began, for its histogram
+    preemption: str = ""  # for Preempted: why (ReclaimWithinCohort, ...), a metric label
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,6 +180,7 @@ Action = (
     CreatePodGroup
     | HoldUnadmitted
     | Admit
+    | Nominate
     | ResumeAdmission
     | BindMember
     | MarkRunning

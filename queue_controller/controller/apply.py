@@ -84,6 +84,7 @@ class Applier(Writer):
             "phase": "Admitted",
             "placement": dict(action.placement),
             "podSetPlacement": {k: dict(v) for k, v in action.pod_set_placement.items()} or None,
+            "nominatedPlacement": None,  # merge patch: the room held is the placement now
             "admittedAt": iso(now),
             "running": 0,
             "reason": "Admitted",
@@ -114,6 +115,27 @@ class Applier(Writer):
         self.metrics.admission_wait.observe(max(0.0, now - action.created))
         for write in action.release:
             await self._write(write)
+
+    @apply.register
+    async def _nominate(self, action: act.Nominate) -> None:
+        found = self._group_now(action.group, action.group_ref)
+        if found is None:
+            return
+        group, ref = found
+        now = self.clock()
+        status: Obj = {
+            "phase": "Pending",
+            "reason": "Preempting",
+            "message": action.message,
+            "nominatedPlacement": {k: dict(v) for k, v in action.nominated.items()},
+            "conditions": conditions_with(
+                group, now, ("Admitted", False, "Preempting", action.message)
+            ),
+        }
+        await self._patch(ref, {"status": status}, status=True)
+        about = (*[r for r in action.subject.about if r.resource.kind != "PodGroup"], ref)
+        await self._events(about, "Preempting", f"{action.reason}: {action.message}")
+        self._journal(action.subject, JournalEvent.PENDING, "Preempting", action.message)
 
     @apply.register
     async def _resume_admission(self, action: act.ResumeAdmission) -> None:
@@ -230,6 +252,8 @@ class Applier(Writer):
         )
         queue = action.subject.queue
         self.metrics.evicted_gangs.labels(queue, action.reason).inc()
+        if action.preemption:
+            self.metrics.preemptions.labels(queue, action.preemption).inc()
         if not requeue.deactivated:
             self.metrics.requeued_gangs.labels(queue).inc()
         if action.partial_since is not None:

@@ -30,7 +30,7 @@ from queue_controller.core.cycle import CycleResult
 from queue_controller.core.decisions import Decision, Verdict
 from queue_controller.core.model import GpuHealth, Queue, RequeuePolicy, ResourceQuota
 from queue_controller.core.quantity import format_milli
-from queue_controller.core.requeue import pods_ready_timeout, requeue
+from queue_controller.core.requeue import Requeue, pods_ready_timeout, requeue
 from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.gangs import GangView
 from queue_controller.kube.resources import POD_GROUP
@@ -87,7 +87,11 @@ class Planner:
         decisions = {d.key: d for d in result.decisions}
         signals = Signals(seen.node_health, idle or {})
         out: list[act.Action] = []
+        victims = self._victims(seen, result, now)
         for gang in seen.gangs:
+            if gang.key in victims:
+                out.append(victims[gang.key])
+                continue
             out.extend(self._gang(gang, decisions.get(gang.key), now, signals))
         out.extend(_orphans(seen, now))
         out.extend(_statuses(seen, result))
@@ -140,7 +144,19 @@ class Planner:
             return [*out, act.HoldUnadmitted(subject=who, writes=writes)] if writes else out
         if decision is None:
             return out
-        if decision.verdict is Verdict.ADMIT:
+        if decision.verdict is Verdict.PREEMPT:
+            out.append(
+                act.Nominate(
+                    subject=who,
+                    group=gang.group.model if gang.group else None,
+                    group_ref=group_ref(gang),
+                    reason=decision.reason.value,
+                    message=decision.message,
+                    nominated=decision.nominated,
+                    victims=tuple(key.split("/", 1)[1] for key, _ in decision.victims),
+                )
+            )
+        elif decision.verdict is Verdict.ADMIT:
             out.append(
                 act.Admit(
                     subject=who,
@@ -164,6 +180,25 @@ class Planner:
                     message=decision.message,
                 )
             )
+        return out
+
+    def _victims(self, seen: Translation, result: CycleResult, now: float) -> dict[str, act.Evict]:
+        """The gangs this cycle's preemptions evict, each named for its preemptor.
+
+        A preemption is no fault of the victim's: it is requeued at once, and it
+        does not count toward its Queue's backoffLimit.
+        """
+        by_key = {gang.key: gang for gang in seen.gangs}
+        out: dict[str, act.Evict] = {}
+        for decision in result.decisions:
+            if decision.verdict is not Verdict.PREEMPT:
+                continue
+            for key, reason in decision.victims:
+                victim = by_key.get(key)
+                if victim is None or victim.group is None or key in out:
+                    continue
+                message = f"preempted by {decision.kind} {decision.workload} ({reason.value})"
+                out[key] = self._evict(victim, now, "Preempted", message, preemption=reason.value)
         return out
 
     def _admitted(self, gang: GangView, now: float) -> list[act.Action]:
@@ -256,11 +291,25 @@ class Planner:
         return out
 
     def _evict(
-        self, gang: GangView, now: float, reason: str, message: str, since: float | None = None
+        self,
+        gang: GangView,
+        now: float,
+        reason: str,
+        message: str,
+        since: float | None = None,
+        *,
+        preemption: str = "",
     ) -> act.Evict:
         group = gang.group
         assert group is not None
         policy = gang.queue.requeue if gang.queue else RequeuePolicy()
+        previous = group.status.requeueCount
+        # A preempted gang did nothing wrong: back in its queue at once, no count.
+        again = (
+            Requeue(previous, now, deactivated=False)
+            if preemption
+            else requeue(policy, previous=previous, now=now)
+        )
         return act.Evict(
             subject=subject(gang),
             group=group.model,
@@ -269,8 +318,9 @@ class Planner:
             hold=tuple(gang.kind.evict(gang.gang)),
             reason=reason,
             message=message,
-            requeue=requeue(policy, previous=group.status.requeueCount, now=now),
+            requeue=again,
             partial_since=since,
+            preemption=preemption,
         )
 
 

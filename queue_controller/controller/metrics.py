@@ -35,6 +35,13 @@ class Metrics:
         self.requeued_gangs = Counter(
             p + "requeued_gangs", "Gangs requeued after an eviction.", ["queue"], registry=r
         )
+        self.preemptions = Counter(
+            p + "preemptions",
+            "Gangs evicted to make room for another, by the queue of the evicted gang and "
+            "the preemption's reason (ReclaimWithinCohort, BorrowWithinCohort, WithinTeamQuota).",
+            ["queue", "reason"],
+            registry=r,
+        )
         self.admission_wait = Histogram(
             p + "admission_wait_seconds",
             "From Job creation to admission.",

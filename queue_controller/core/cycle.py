@@ -28,6 +28,7 @@ from queue_controller.core.model import (
 )
 from queue_controller.core.nodes import may_select
 from queue_controller.core.ordering import PriorityTable, order_key
+from queue_controller.core.preemption import Holder, VictimSearch, candidates
 from queue_controller.core.prepared import Prepared, node_usage, prepare
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
@@ -81,13 +82,33 @@ class _Cycle:
                     shape = by_template[memo] = shape_of(pod_set.template, request)
                 sets.append(_SetShape(pod_set, shape))
             self.shapes[p.workload.key] = tuple(sets)
+        used, self.held = node_usage(snapshot.pods, admitted)
         self.placer = placer_factory(
             snapshot.nodes,
-            node_usage(snapshot.pods, admitted),
+            used,
             (s.shape for sets in self.shapes.values() for s in sets),
         )
         # Nodes with some GPUs out, named when a gang does not fit (rarely any).
         self.sick_nodes = [n for n in snapshot.nodes if n.gpu_health is not None]
+        # Preemption: what each admitted gang would give back, and the search over them.
+        self.holders = self._holders(admitted)
+        self.search = VictimSearch(self.ledger, self.placer)
+        self.evicted: set[str] = set()  # chosen as victims in this cycle
+        # Pending gangs holding nominated room (their victims are still going): the
+        # room is charged now, so that no gang before them takes it.
+        known = {node.name for node in snapshot.nodes}
+        self.holding: set[str] = set()
+        for p in self.pending:
+            nominated = p.workload.nominated
+            queue = self.queues.get((p.workload.namespace, p.workload.queue))
+            if p.error or not nominated or p.workload.key not in self.shapes:
+                continue
+            if queue is None or queue.team_quota not in self.ledger:
+                continue
+            if any(node not in known for nodes in nominated.values() for node in nodes):
+                continue  # a node of its room is gone: it is tried afresh
+            self._charge(p, +1)
+            self.holding.add(p.workload.key)
         # StrictFIFO queue -> the head that holds it up.
         self.blocked_by: dict[tuple[str, str], str] = {}
         # A gang identical to one that already failed in this cycle, with nothing
@@ -192,7 +213,10 @@ class _Cycle:
                 Reason.WAITING_FOR_HEAD,
                 f"StrictFIFO queue {queue.namespace}/{queue.name} is held by its head {head}",
             )
-        decision = self._try_admit(prepared, queue)
+        if workload.key in self.holding:
+            decision = self._admit_nominated(prepared, queue)
+        else:
+            decision = self._try_admit(prepared, queue)
         if decision.verdict is not Verdict.ADMIT and queue.ordering is Ordering.STRICT_FIFO:
             self.blocked_by[queue_key] = workload.namespaced_name
         return decision
@@ -221,7 +245,7 @@ class _Cycle:
             same = earlier[1]
             return _decision(workload, same.verdict, same.reason, same.message)
         decision = self._attempt(prepared, queue, sets)
-        if decision.verdict is Verdict.ADMIT:
+        if decision.verdict in (Verdict.ADMIT, Verdict.PREEMPT):
             self.admissions += 1
         else:
             self.failed[twin] = (self.admissions, decision)
@@ -262,6 +286,9 @@ class _Cycle:
         need = prepared.need()
         shortfall = self.ledger.shortfall(queue.team_quota, need)
         if shortfall is not None:
+            preempting = self._try_preempt(prepared, queue, sets, need)
+            if preempting is not None:
+                return preempting
             if self.ledger.within_nominal(queue.team_quota, need):
                 # Its own nominal would hold it, but the cohort lent it out: what is
                 # still idle of it is not lent again this cycle.
@@ -269,6 +296,9 @@ class _Cycle:
             return _decision(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, shortfall.describe())
         placed, explanation = self._place(prepared, sets)
         if not placed:
+            preempting = self._try_preempt(prepared, queue, sets, need)
+            if preempting is not None:
+                return preempting
             return _decision(workload, Verdict.PENDING, Reason.NO_NODE_FIT, explanation)
         borrowed = self._borrowing(queue.team_quota, need)
         self.ledger.reserve(queue.team_quota, need)
@@ -296,6 +326,139 @@ class _Cycle:
             message,
             dict(sorted(total.items())),
             by_set,
+        )
+
+    # -- preemption ------------------------------------------------------------
+
+    def _holders(self, admitted: Iterable[Prepared]) -> list[Holder]:
+        out = []
+        for p in admitted:
+            queue = self.queues.get((p.workload.namespace, p.workload.queue))
+            if p.error or queue is None or queue.team_quota not in self.ledger:
+                continue
+            held = self.held.get(p.workload.key, {})
+            out.append(Holder(p, queue.team_quota, p.need(), held))
+        return out
+
+    def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
+        """Whether the gang would be admitted now (changing nothing)."""
+        if self.ledger.shortfall(team, need) is not None:
+            return False
+        sets = self.shapes[prepared.workload.key]
+        placed, _ = self._place(prepared, sets)
+        for item, placement in zip(sets, placed, strict=False):
+            self.placer.release(item.shape, placement)
+        return bool(placed)
+
+    def _try_preempt(
+        self, prepared: Prepared, queue: Queue, sets: tuple[_SetShape, ...], need: Resources
+    ) -> Decision | None:
+        """Evict the fewest, cheapest gangs that make this one fit, if its policy allows."""
+        team = queue.team_quota
+        policy = self.ledger.quota(team).preemption
+        if not policy.enabled:
+            return None
+        chosen = candidates(
+            preemptor=prepared,
+            team_quota=team,
+            need=need,
+            policy=policy,
+            holders=self.holders,
+            ledger=self.ledger,
+            taken=self.evicted,
+        )
+        victims = self.search.search(chosen, lambda: self._fits(prepared, team, need))
+        if victims is None:
+            return None
+        placed, _ = self._place(prepared, sets)  # fits, as the search found: committed
+        self.ledger.reserve(team, need)
+        self.evicted.update(holder.key for holder, _ in victims)
+        reasons = [reason for _, reason in victims]
+        reason = max(set(reasons), key=lambda r: (reasons.count(r), r.value))
+        total: Counter[str] = Counter()
+        for placement in placed:
+            total.update(placement.nodes)
+        names = ", ".join(h.prepared.workload.namespaced_name for h, _ in victims)
+        workload = prepared.workload
+        message = (
+            f"preempting {_count(len(victims), 'gang')} ({names}) for {reason.value}; "
+            f"{_count(workload.gang_size, 'member')} placed on {_count(len(total), 'node')} "
+            "once they are gone"
+        )
+        nominated = {
+            s.pod_set.name: dict(sorted(p.nodes.items())) for s, p in zip(sets, placed, strict=True)
+        }
+        return Decision(
+            workload.namespaced_name,
+            workload.queue,
+            Verdict.PREEMPT,
+            reason,
+            message,
+            dict(sorted(total.items())),
+            kind=workload.kind,
+            victims=tuple((h.key, r) for h, r in victims),
+            nominated=nominated,
+        )
+
+    def _charge(self, prepared: Prepared, sign: int) -> None:
+        """Take (+1) or give back (-1) the room a pending gang holds for itself."""
+        workload = prepared.workload
+        queue = self.queues[(workload.namespace, workload.queue)]
+        need = prepared.need()
+        self.ledger.reserve(queue.team_quota, {r: sign * a for r, a in need.items()})
+        for item in self.shapes[workload.key]:
+            nodes = workload.nominated.get(item.pod_set.name, {})
+            if nodes:
+                take = self.placer.commit if sign > 0 else self.placer.release
+                take(item.shape, Placement(dict(nodes)))
+
+    def _admit_nominated(self, prepared: Prepared, queue: Queue) -> Decision:
+        """A gang holding room its victims are giving back: admitted there once it is free."""
+        workload = prepared.workload
+        self._charge(prepared, -1)
+        need = prepared.need()
+        sets = self.shapes[workload.key]
+        placements = [
+            self.placer.place_on(item.shape, workload.nominated.get(item.pod_set.name, {}))
+            for item in sets
+        ]
+        whole = all(
+            p is not None and sum(p.nodes.values()) == item.pod_set.min_count
+            for p, item in zip(placements, sets, strict=True)
+        )
+        if not whole or self.ledger.shortfall(queue.team_quota, need) is not None:
+            self._charge(prepared, +1)
+            nodes = sorted({n for plan in workload.nominated.values() for n in plan})
+            return _decision(
+                workload,
+                Verdict.PENDING,
+                Reason.PREEMPTING,
+                "holding room on " + ", ".join(nodes) + " while the gangs it preempted give "
+                "it back",
+            )
+        for item, placement in zip(sets, placements, strict=True):
+            assert placement is not None
+            self.placer.commit(item.shape, placement)
+        self.ledger.reserve(queue.team_quota, need)
+        total: Counter[str] = Counter()
+        for placement in placements:
+            assert placement is not None
+            total.update(placement.nodes)
+        by_set = (
+            {
+                item.pod_set.name: dict(p.nodes)
+                for item, p in zip(sets, placements, strict=True)
+                if p
+            }
+            if len(sets) > 1
+            else {}
+        )
+        message = (
+            f"{_count(workload.gang_size, 'member')} placed on {_count(len(total), 'node')} "
+            f"its preemption freed; charged to TeamQuota {queue.team_quota}"
+        )
+        return _decision(
+            workload, Verdict.ADMIT, Reason.ADMITTED, message, dict(sorted(total.items())), by_set
         )
 
     def _borrowing(self, quota_name: str, need: Mapping[str, int]) -> list[str]:

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 class Verdict(StrEnum):
     ADMIT = "Admit"
+    PREEMPT = "Preempt"  # admitted onto room its victims give back once they are gone
     PENDING = "Pending"
     INVALID = "Invalid"
 
@@ -20,6 +21,10 @@ class Verdict(StrEnum):
 class Reason(StrEnum):
     # Admit
     ADMITTED = "Admitted"
+    # Preempt
+    RECLAIM_WITHIN_COHORT = "ReclaimWithinCohort"
+    BORROW_WITHIN_COHORT = "BorrowWithinCohort"
+    WITHIN_TEAM_QUOTA = "WithinTeamQuota"
     # Pending
     QUOTA_EXCEEDED = "QuotaExceeded"
     NO_NODE_FIT = "NoNodeFit"
@@ -29,6 +34,7 @@ class Reason(StrEnum):
     BACKOFF = "Backoff"  # evicted earlier, requeued, and not yet due again
     DEACTIVATED = "Deactivated"  # past the queue's backoffLimit; never retried
     WAITING_FOR_MEMBERS = "WaitingForMembers"  # a pod group short of its total count
+    PREEMPTING = "Preempting"  # its victims are still giving back the room it holds
     # Invalid
     INVALID_SPEC = "InvalidSpec"
 
@@ -45,6 +51,10 @@ class Decision:
     kind: str = field(kw_only=True)  # the decided workload's kind
     # Pod set -> node -> member pods, on Admit of a gang with more than one pod set.
     pod_set_placement: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # On Preempt: the gangs to evict, each (Workload.key, why).
+    victims: tuple[tuple[str, Reason], ...] = ()
+    # On Preempt: pod set -> node -> members, the room to hold until the victims are gone.
+    nominated: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -61,6 +71,12 @@ class Decision:
             "reason": self.reason.value,
             "message": self.message,
         }
+        if self.verdict is Verdict.PREEMPT:
+            out["placement"] = dict(self.placement)
+            out["victims"] = [
+                {"kind": key.split("/", 1)[0], "workload": key.split("/", 1)[1], "reason": r.value}
+                for key, r in self.victims
+            ]
         if self.verdict is Verdict.ADMIT:
             out["placement"] = dict(self.placement)
             if self.pod_set_placement:

@@ -297,6 +297,32 @@ class EquivalenceIndex:
     def release(self, shape: GangShape, placement: Placement) -> None:
         self._take(shape, placement, -1)
 
+    def adjust(self, node: str, freed: Mapping[str, int]) -> None:
+        found = self._where.get(node)
+        if found is None:
+            return  # a node the cycle does not know: nothing there to give
+        node_class, free = found
+        after = list(free)
+        for resource, amount in freed.items():
+            i = self._dim_index.get(resource)
+            if i is not None:
+                after[i] += amount
+        new_free = tuple(after)
+        if new_free != free:
+            node_class.move(node, free, new_free)
+            self._where[node] = (node_class, new_free)
+
+    def place_on(self, shape: GangShape, nodes: Mapping[str, int]) -> Placement | None:
+        request = self._request(shape)
+        eligible = self._eligible(shape).classes
+        for name, members in nodes.items():
+            found = self._where.get(name)
+            if found is None or not any(c is found[0] for c in eligible):
+                return None
+            if request.fits(found[1]) < members:
+                return None
+        return Placement(dict(nodes))
+
     def _take(self, shape: GangShape, placement: Placement, sign: int) -> None:
         request = self._request(shape)
         for name, count in placement.nodes.items():

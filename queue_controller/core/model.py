@@ -210,6 +210,14 @@ class Preemption:
     # Borrowing, preempt only gangs with a priority at or below this; None: any lower one.
     borrow_max_priority: int | None = None
 
+    @property
+    def enabled(self) -> bool:
+        return (
+            self.reclaim_within_cohort is not ReclaimPolicy.NEVER
+            or self.within_team_quota is not WithinPolicy.NEVER
+            or self.borrow_within_cohort is not BorrowPolicy.NEVER
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class TeamQuota:
@@ -308,6 +316,9 @@ class Workload:
     # Members the kind expects that do not exist yet (a pod group short of its
     # total count): the gang waits for them before anything else is tried.
     absent_members: int = 0
+    # Pod set -> node -> members: the room a pending gang holds while the gangs it
+    # preempted give their capacity back (PodGroup status.nominatedPlacement).
+    nominated: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

@@ -80,6 +80,24 @@ class PodByPodPlacer:
     def release(self, shape: GangShape, placement: Placement) -> None:
         self._take(shape, placement, -1)
 
+    def adjust(self, node: str, freed: Mapping[str, int]) -> None:
+        free = self._free.get(node)
+        if free is None:
+            return
+        for resource, amount in freed.items():
+            free[resource] = free.get(resource, 0) + amount
+
+    def place_on(self, shape: GangShape, nodes: Mapping[str, int]) -> Placement | None:
+        by_name = {n.name: n for n in self._nodes}
+        for name, members in nodes.items():
+            node = by_name.get(name)
+            if node is None or exclusion(node, shape.template) is not None:
+                return None
+            free = self._free[name]
+            if any(free.get(r, 0) < a * members for r, a in shape.request.items()):
+                return None
+        return Placement(dict(nodes))
+
     def _take(self, shape: GangShape, placement: Placement, sign: int) -> None:
         for name, members in placement.nodes.items():
             free = self._free[name]

@@ -81,20 +81,28 @@ def _planned(workload: Workload) -> Mapping[str, Mapping[str, int]]:
     return {}
 
 
-def node_usage(pods: Iterable[BoundPod], admitted: Iterable[Prepared]) -> dict[str, dict[str, int]]:
-    """What each node has given away.
+# Node -> resource -> amount.
+Usage = dict[str, dict[str, int]]
+
+
+def node_usage(
+    pods: Iterable[BoundPod], admitted: Iterable[Prepared]
+) -> tuple[Usage, dict[str, Usage]]:
+    """What each node has given away, in all and by admitted workload (by key).
 
     That is its bound, non-terminated pods, plus the members of admitted gangs
     that were planned onto it but are not bound yet: between admission and
-    binding, the plan itself holds the capacity.
+    binding, the plan itself holds the capacity.  What each workload holds is
+    what preempting it would give back.
     """
-    used: dict[str, dict[str, int]] = {}
+    used: Usage = {}
+    held: dict[str, Usage] = {}
 
-    def charge(node: str, request: Mapping[str, int], times: int) -> None:
+    def charge(into: Usage, node: str, request: Mapping[str, int], times: int) -> None:
         # Plain dict arithmetic: this runs for every pod at every cycle.
-        node_used = used.get(node)
+        node_used = into.get(node)
         if node_used is None:
-            used[node] = {r: amount * times for r, amount in request.items()}
+            into[node] = {r: amount * times for r, amount in request.items()}
             return
         for resource, amount in request.items():
             node_used[resource] = node_used.get(resource, 0) + amount * times
@@ -105,7 +113,9 @@ def node_usage(pods: Iterable[BoundPod], admitted: Iterable[Prepared]) -> dict[s
             arrived[(pod.workload, pod.pod_set, pod.node_name)] += 1
         if pod.phase in TERMINATED_PHASES or not pod.node_name:
             continue
-        charge(pod.node_name, pod.request, 1)
+        charge(used, pod.node_name, pod.request, 1)
+        if pod.workload:
+            charge(held.setdefault(pod.workload, {}), pod.node_name, pod.request, 1)
     for prepared in admitted:
         workload = prepared.workload
         if not prepared.requests:
@@ -119,5 +129,6 @@ def node_usage(pods: Iterable[BoundPod], admitted: Iterable[Prepared]) -> dict[s
                     here += arrived[(workload.key, "", node)]
                 waiting = planned - here
                 if waiting > 0:
-                    charge(node, request, waiting)
-    return used
+                    charge(used, node, request, waiting)
+                    charge(held.setdefault(workload.key, {}), node, request, waiting)
+    return used, held

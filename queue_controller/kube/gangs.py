@@ -198,6 +198,7 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
     deactivated = False
     placement: dict[str, int] = {}
     by_set: dict[str, dict[str, int]] = {}
+    nominated: dict[str, dict[str, int]] = {}
     if group is not None:
         model = group.model
         if len(pod_sets) == 1 and model.spec.minMember != pod_sets[0].min_count:
@@ -217,6 +218,7 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         deactivated = status.phase is v1alpha1.PodGroupPhase.FAILED
         placement = dict(status.placement)
         by_set = {name: dict(nodes) for name, nodes in status.podSetPlacement.items()}
+        nominated = {name: dict(nodes) for name, nodes in status.nominatedPlacement.items()}
     group_phase = group.phase if group is not None else None
     if facts.finished:
         phase = WorkloadPhase.FINISHED
@@ -245,4 +247,5 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         pod_set_placement=by_set,
         spec_error=spec_error,
         absent_members=facts.absent_members,
+        nominated=nominated if phase is WorkloadPhase.PENDING else {},
     )

@@ -62,6 +62,12 @@ class NeverRefuses:
     def release(self, shape: object, placement: Placement) -> None:
         pass
 
+    def adjust(self, node: str, freed: Mapping[str, int]) -> None:
+        pass
+
+    def place_on(self, shape: object, nodes: Mapping[str, int]) -> Placement:
+        return Placement(nodes=dict(nodes))
+
 
 class Admission:
     def __init__(

@@ -426,10 +426,29 @@ def every_action() -> Cluster:
         done,
         group("done", phase="Running", placement={"n1": 2}),  # MarkFinished
         orphan,  # DeleteOrphan
+        job("preemptor"),
+        group("preemptor", phase="Pending"),  # Nominate
+        job("victim", suspend=False),
+        group("victim", phase="Running", placement={"n2": 1}),  # Evict (Preempted)
+        pod("victim-0", node="n2", owner="victim"),
     )
 
 
-EVERY_DECISION = (admit("admit"), pending("fresh"))
+def preempt(name: str, victim: str) -> Decision:
+    return Decision(
+        f"ns/{name}",
+        "q",
+        Verdict.PREEMPT,
+        Reason.RECLAIM_WITHIN_COHORT,
+        "preempting 1 gang",
+        {"n2": 2},
+        kind="Job",
+        victims=((f"Job/ns/{victim}", Reason.RECLAIM_WITHIN_COHORT),),
+        nominated={"main": {"n2": 2}},
+    )
+
+
+EVERY_DECISION = (admit("admit"), pending("fresh"), preempt("preemptor", "victim"))
 USAGE = {"team": {"nvidia.com/gpu": 6000}}  # QueueStatus, TeamQuotaStatus
 
 

@@ -372,3 +372,52 @@ def test_queue_and_team_quota_status_is_written_only_when_it_changes() -> None:
         if isinstance(a, act.QueueStatus | act.TeamQuotaStatus)
     ]
     assert again == []
+
+
+def test_a_preemption_nominates_its_room_and_evicts_its_victims_without_backoff() -> None:
+    decision = Decision(
+        "ns/train",
+        "q",
+        Verdict.PREEMPT,
+        Reason.RECLAIM_WITHIN_COHORT,
+        "preempting 1 gang",
+        {"n1": 2},
+        kind="Job",
+        victims=(("Job/ns/victim", Reason.RECLAIM_WITHIN_COHORT),),
+        nominated={"main": {"n1": 2}},
+    )
+    victim = group("victim", phase="Running", placement={"n1": 2}, requeueCount=2)
+    actions = plan(
+        job(),
+        group(phase="Pending"),
+        job("victim", suspend=False),
+        victim,
+        pod("victim-0", node="n1", owner="victim"),
+        pod("victim-1", node="n1", owner="victim"),
+        decisions=(decision,),
+    )
+    (nominate,) = [a for a in actions if isinstance(a, act.Nominate)]
+    assert nominate.nominated == {"main": {"n1": 2}}
+    assert nominate.victims == ("ns/victim",)
+    (evict,) = [a for a in actions if isinstance(a, act.Evict)]
+    assert evict.subject.name == "victim"
+    assert evict.reason == "Preempted"
+    assert evict.preemption == "ReclaimWithinCohort"
+    assert "preempted by Job ns/train" in evict.message
+    assert len(evict.pods) == 2
+    # No fault of its own: back in its queue at once, and its requeue count stays.
+    assert (evict.requeue.count, evict.requeue.at, evict.requeue.deactivated) == (2, NOW, False)
+
+
+def test_the_room_a_preemptor_holds_is_read_back_from_its_pod_group() -> None:
+    # What survives a restart: the core is handed the held room again.
+    state = ClusterState()
+    holding = group(phase="Pending", nominatedPlacement={"main": {"n1": 2}}, reason="Preempting")
+    for obj in (QUEUE, job(), holding):
+        state.upsert(obj)
+    (gang,) = seen(state, NOW).gangs
+    assert gang.workload.nominated == {"main": {"n1": 2}}
+    admitted = group(phase="Admitted", nominatedPlacement={"main": {"n1": 2}}, placement={"n1": 2})
+    state.upsert({**admitted, "metadata": {**admitted["metadata"], "resourceVersion": "12"}})
+    (gang,) = seen(state, NOW).gangs
+    assert gang.workload.nominated == {}, "an admitted gang holds its placement, not a nomination"
