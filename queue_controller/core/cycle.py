@@ -107,6 +107,11 @@ class _Cycle:
                 continue
             if any(node not in known for nodes in nominated.values() for node in nodes):
                 continue  # a node of its room is gone: it is tried afresh
+            if any(
+                sum(nominated.get(item.pod_set.name, {}).values()) != item.pod_set.min_count
+                for item in self.shapes[p.workload.key]
+            ):
+                continue  # the gang changed since it took the room: it is tried afresh
             self._charge(p, +1)
             self.holding.add(p.workload.key)
         # StrictFIFO queue -> the head that holds it up.

@@ -170,3 +170,20 @@ def test_held_room_waits_for_the_victims_and_no_other_gang_takes_it() -> None:
     by_name = {d.workload: d for d in freed.decisions}
     assert by_name["ns/big"].verdict is Verdict.ADMIT
     assert by_name["ns/big"].placement == {"n1": 1}
+
+
+def test_a_room_that_no_longer_matches_the_gang_is_not_held() -> None:
+    # The gang now has 2 members but its nominated room was for 1: it is tried afresh
+    # (and admitted, the node being free) instead of holding a room it cannot use.
+    stale = gang("big", 2, 4, queue="own", created=10.0, nominated={"main": {"n1": 1}})
+    result = schedule(
+        snapshot(
+            nodes=[gpu_node("n1", 8)],
+            workloads=[stale],
+            quotas=[TeamQuota("lender", {GPU: gpus(8)}, "c", RECLAIM)],
+            queues=[queue("own", "lender")],
+        )
+    )
+    (decision,) = result.decisions
+    assert decision.verdict is Verdict.ADMIT
+    assert decision.placement == {"n1": 2}
