@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim bench-gpu bench-translate \
+.PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim bench-gpu bench-translate bench-preemption \
         clean help \
         cluster-build cluster-up cluster-down cluster-status
 
@@ -77,6 +77,9 @@ bench-gpu: $(STAMP)  ## GPU health benchmark: one DCGM read for 100 to 5,000 nod
 
 bench-translate: $(STAMP)  ## One controller cycle: translating the raw objects against the core's cycle
 	$(BIN)/python -m tests.bench.bench_translate
+
+bench-preemption: $(STAMP)  ## An admission cycle with preemption considered, against without, at 1,000 and 5,000 nodes
+	$(BIN)/python -m tests.bench.bench_preemption
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

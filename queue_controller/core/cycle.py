@@ -343,7 +343,7 @@ class _Cycle:
                 continue
             held = self.held.get(p.workload.key, {})
             out.append(Holder(p, queue.team_quota, p.need(), held))
-        return out
+        return sorted(out, key=lambda h: h.order)
 
     def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
         """Whether the gang would be admitted now (changing nothing)."""

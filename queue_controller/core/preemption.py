@@ -30,7 +30,7 @@ preemption evicts (Kueue evicts a handful of workloads per preemption).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from queue_controller.core.decisions import Reason
 from queue_controller.core.model import (
@@ -55,14 +55,24 @@ class Holder:
     team_quota: str
     need: Mapping[str, int]  # its quota charge
     held: Mapping[str, Mapping[str, int]]  # node -> resources it holds there
+    # Read by every preemption's candidate scan: computed once.
+    key: str = field(init=False)
+    priority: int = field(init=False)
+    created: float = field(init=False)
+    accelerators: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        workload = self.prepared.workload
+        object.__setattr__(self, "key", workload.key)
+        object.__setattr__(self, "priority", self.prepared.priority)
+        object.__setattr__(self, "created", workload.created)
+        gpus = sum(amount for name, amount in self.need.items() if is_extended(name))
+        object.__setattr__(self, "accelerators", gpus)
 
     @property
-    def key(self) -> str:
-        return self.prepared.workload.key
-
-    @property
-    def accelerators(self) -> int:
-        return sum(amount for name, amount in self.need.items() if is_extended(name))
+    def order(self) -> tuple[int, float, int, str]:
+        """Preference within a class: lower priority, newest, fewer GPUs, then by key."""
+        return (self.priority, -self.created, self.accelerators, self.key)
 
 
 class VictimSearch:
@@ -120,29 +130,40 @@ def candidates(
     ledger: QuotaLedger,
     taken: set[str],
 ) -> list[tuple[Holder, Reason]]:
-    """The admitted gangs ``policy`` lets ``preemptor`` evict, in order of preference."""
+    """The admitted gangs ``policy`` lets ``preemptor`` evict, in order of preference.
+
+    ``holders`` comes sorted by :attr:`Holder.order`; gangs of quotas that borrow go
+    first.  The scan stops once ``LIMIT`` of those are found, so a busy cluster's
+    thousands of admitted gangs are not all looked at for every preemption.
+    """
     mine = ledger.quota(team_quota)
     priority = preemptor.priority
     created = preemptor.workload.created
     within_nominal = ledger.within_nominal(team_quota, need)
-    out: list[tuple[tuple[object, ...], Holder, Reason]] = []
+    borrowing: dict[str, bool] = {}
+
+    def borrows(team: str) -> bool:
+        found = borrowing.get(team)
+        if found is None:
+            found = borrowing[team] = _borrows(ledger, team, need)
+        return found
+
+    first: list[tuple[Holder, Reason]] = []
+    rest: list[tuple[Holder, Reason]] = []
     for holder in holders:
         if holder.key in taken:
             continue
-        other = holder.prepared.priority
+        other = holder.priority
         reason: Reason | None = None
         if holder.team_quota == team_quota:
             within = policy.within_team_quota
             if (within is WithinPolicy.LOWER_PRIORITY and other < priority) or (
                 within is WithinPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
-                and (
-                    other < priority
-                    or (other == priority and holder.prepared.workload.created > created)
-                )
+                and (other < priority or (other == priority and holder.created > created))
             ):
                 reason = Reason.WITHIN_TEAM_QUOTA
         elif mine.cohort and ledger.quota(holder.team_quota).cohort == mine.cohort:
-            if not _borrows(ledger, holder.team_quota, need):
+            if not borrows(holder.team_quota):
                 continue  # only what is lent can be taken back
             reclaim = policy.reclaim_within_cohort
             borrow = policy.borrow_within_cohort
@@ -161,16 +182,10 @@ def candidates(
                 reason = Reason.BORROW_WITHIN_COHORT
         if reason is None:
             continue
-        preference = (
-            not _borrows(ledger, holder.team_quota, need),
-            other,
-            -holder.prepared.workload.created,
-            holder.accelerators,
-            holder.key,
-        )
-        out.append((preference, holder, reason))
-    out.sort(key=lambda item: item[0])
-    return [(holder, reason) for _, holder, reason in out]
+        (first if borrows(holder.team_quota) else rest).append((holder, reason))
+        if len(first) >= LIMIT:
+            break
+    return (first + rest)[:LIMIT]
 
 
 def _borrows(ledger: QuotaLedger, team_quota: str, need: Mapping[str, int]) -> bool:
