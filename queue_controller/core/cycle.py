@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from queue_controller.core.decisions import Decision, Reason, Verdict
+from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
+from queue_controller.core.explain import count_of
 from queue_controller.core.fit import EquivalenceIndex
 from queue_controller.core.gpuhealth import unhealthy_note
 from queue_controller.core.model import (
     Node,
     Ordering,
-    PodSet,
     PodTemplate,
     Queue,
     Snapshot,
@@ -28,12 +28,12 @@ from queue_controller.core.model import (
 )
 from queue_controller.core.nodes import may_select
 from queue_controller.core.ordering import PriorityTable, order_key
-from queue_controller.core.preemption import Holder, VictimSearch, candidates
+from queue_controller.core.preemption import PreemptingCycle, VictimSearch
 from queue_controller.core.prepared import Prepared, node_usage, prepare
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import Resources, scarcity_rank
-from queue_controller.core.shapes import GangShape, Placement, Placer, shape_of
+from queue_controller.core.shapes import GangShape, Placement, Placer, SetShape, shape_of
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Iterable[GangShape]], Placer]
 
@@ -45,15 +45,7 @@ class CycleResult:
     quota_usage: Mapping[str, Mapping[str, int]]
 
 
-@dataclass(frozen=True, slots=True)
-class _SetShape:
-    """One pod set as the placer sees it."""
-
-    pod_set: PodSet
-    shape: GangShape
-
-
-class _Cycle:
+class _Cycle(PreemptingCycle):
     def __init__(self, snapshot: Snapshot, placer_factory: PlacerFactory) -> None:
         self.snapshot = snapshot
         priorities = PriorityTable(snapshot.priority_classes)
@@ -69,7 +61,7 @@ class _Cycle:
             (p for p in prepared if p.workload.phase is WorkloadPhase.PENDING),
             key=lambda p: order_key(p.workload, p.priority),
         )
-        self.shapes: dict[str, tuple[_SetShape, ...]] = {}
+        self.shapes: dict[str, tuple[SetShape, ...]] = {}
         by_template: dict[tuple[PodTemplate, tuple[tuple[str, int], ...]], GangShape] = {}
         for p in self.pending:
             if p.error:
@@ -80,7 +72,7 @@ class _Cycle:
                 shape = by_template.get(memo)
                 if shape is None:
                     shape = by_template[memo] = shape_of(pod_set.template, request)
-                sets.append(_SetShape(pod_set, shape))
+                sets.append(SetShape(pod_set, shape))
             self.shapes[p.workload.key] = tuple(sets)
         used, self.held = node_usage(snapshot.pods, admitted)
         self.placer = placer_factory(
@@ -178,10 +170,10 @@ class _Cycle:
         workload = prepared.workload
 
         def pending(reason: Reason, message: str) -> Decision:
-            return _decision(workload, Verdict.PENDING, reason, message)
+            return decision_for(workload, Verdict.PENDING, reason, message)
 
         if prepared.error:
-            return _decision(workload, Verdict.INVALID, Reason.INVALID_SPEC, prepared.error)
+            return decision_for(workload, Verdict.INVALID, Reason.INVALID_SPEC, prepared.error)
         queue = self.queues.get((workload.namespace, workload.queue))
         if queue is None:
             return pending(
@@ -248,7 +240,7 @@ class _Cycle:
         earlier = self.failed.get(twin)
         if earlier is not None and earlier[0] == self.admissions:
             same = earlier[1]
-            return _decision(workload, same.verdict, same.reason, same.message)
+            return decision_for(workload, same.verdict, same.reason, same.message)
         decision = self._attempt(prepared, queue, sets)
         if decision.verdict in (Verdict.ADMIT, Verdict.PREEMPT):
             self.admissions += 1
@@ -256,9 +248,7 @@ class _Cycle:
             self.failed[twin] = (self.admissions, decision)
         return decision
 
-    def _place(
-        self, prepared: Prepared, sets: tuple[_SetShape, ...]
-    ) -> tuple[list[Placement], str]:
+    def _place(self, prepared: Prepared, sets: tuple[SetShape, ...]) -> tuple[list[Placement], str]:
         """Every pod set placed, as one transaction: (placements, "") or ([], why not).
 
         Each set's placement is committed before the next is tried, so the sets
@@ -286,7 +276,7 @@ class _Cycle:
             return [], explanation
         return placed, ""
 
-    def _attempt(self, prepared: Prepared, queue: Queue, sets: tuple[_SetShape, ...]) -> Decision:
+    def _attempt(self, prepared: Prepared, queue: Queue, sets: tuple[SetShape, ...]) -> Decision:
         workload = prepared.workload
         need = prepared.need()
         shortfall = self.ledger.shortfall(queue.team_quota, need)
@@ -298,20 +288,22 @@ class _Cycle:
                 # Its own nominal would hold it, but the cohort lent it out: what is
                 # still idle of it is not lent again this cycle.
                 self.ledger.hold_idle_nominal(queue.team_quota, need)
-            return _decision(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, shortfall.describe())
+            return decision_for(
+                workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, shortfall.describe()
+            )
         placed, explanation = self._place(prepared, sets)
         if not placed:
             preempting = self._try_preempt(prepared, queue, sets, need)
             if preempting is not None:
                 return preempting
-            return _decision(workload, Verdict.PENDING, Reason.NO_NODE_FIT, explanation)
+            return decision_for(workload, Verdict.PENDING, Reason.NO_NODE_FIT, explanation)
         borrowed = self._borrowing(queue.team_quota, need)
         self.ledger.reserve(queue.team_quota, need)
         total: Counter[str] = Counter()
         for placement in placed:
             total.update(placement.nodes)
         message = (
-            f"{_count(workload.gang_size, 'member')} placed on {_count(len(total), 'node')}; "
+            f"{count_of(workload.gang_size, 'member')} placed on {count_of(len(total), 'node')}; "
             f"charged to TeamQuota {queue.team_quota}"
         )
         if borrowed:
@@ -324,146 +316,13 @@ class _Cycle:
             if len(sets) > 1
             else {}
         )
-        return _decision(
+        return decision_for(
             workload,
             Verdict.ADMIT,
             Reason.ADMITTED,
             message,
             dict(sorted(total.items())),
             by_set,
-        )
-
-    # -- preemption ------------------------------------------------------------
-
-    def _holders(self, admitted: Iterable[Prepared]) -> list[Holder]:
-        out = []
-        for p in admitted:
-            queue = self.queues.get((p.workload.namespace, p.workload.queue))
-            if p.error or queue is None or queue.team_quota not in self.ledger:
-                continue
-            held = self.held.get(p.workload.key, {})
-            out.append(Holder(p, queue.team_quota, p.need(), held))
-        return sorted(out, key=lambda h: h.order)
-
-    def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
-        """Whether the gang would be admitted now (changing nothing)."""
-        if self.ledger.shortfall(team, need) is not None:
-            return False
-        sets = self.shapes[prepared.workload.key]
-        placed, _ = self._place(prepared, sets)
-        for item, placement in zip(sets, placed, strict=False):
-            self.placer.release(item.shape, placement)
-        return bool(placed)
-
-    def _try_preempt(
-        self, prepared: Prepared, queue: Queue, sets: tuple[_SetShape, ...], need: Resources
-    ) -> Decision | None:
-        """Evict the fewest, cheapest gangs that make this one fit, if its policy allows."""
-        team = queue.team_quota
-        policy = self.ledger.quota(team).preemption
-        if not policy.enabled:
-            return None
-        chosen = candidates(
-            preemptor=prepared,
-            team_quota=team,
-            need=need,
-            policy=policy,
-            holders=self.holders,
-            ledger=self.ledger,
-            taken=self.evicted,
-        )
-        victims = self.search.search(chosen, lambda: self._fits(prepared, team, need))
-        if victims is None:
-            return None
-        placed, _ = self._place(prepared, sets)  # fits, as the search found: committed
-        self.ledger.reserve(team, need)
-        self.evicted.update(holder.key for holder, _ in victims)
-        reasons = [reason for _, reason in victims]
-        reason = max(set(reasons), key=lambda r: (reasons.count(r), r.value))
-        total: Counter[str] = Counter()
-        for placement in placed:
-            total.update(placement.nodes)
-        names = ", ".join(h.prepared.workload.namespaced_name for h, _ in victims)
-        workload = prepared.workload
-        message = (
-            f"preempting {_count(len(victims), 'gang')} ({names}) for {reason.value}; "
-            f"{_count(workload.gang_size, 'member')} placed on {_count(len(total), 'node')} "
-            "once they are gone"
-        )
-        nominated = {
-            s.pod_set.name: dict(sorted(p.nodes.items())) for s, p in zip(sets, placed, strict=True)
-        }
-        return Decision(
-            workload.namespaced_name,
-            workload.queue,
-            Verdict.PREEMPT,
-            reason,
-            message,
-            dict(sorted(total.items())),
-            kind=workload.kind,
-            victims=tuple((h.key, r) for h, r in victims),
-            nominated=nominated,
-        )
-
-    def _charge(self, prepared: Prepared, sign: int) -> None:
-        """Take (+1) or give back (-1) the room a pending gang holds for itself."""
-        workload = prepared.workload
-        queue = self.queues[(workload.namespace, workload.queue)]
-        need = prepared.need()
-        self.ledger.reserve(queue.team_quota, {r: sign * a for r, a in need.items()})
-        for item in self.shapes[workload.key]:
-            nodes = workload.nominated.get(item.pod_set.name, {})
-            if nodes:
-                take = self.placer.commit if sign > 0 else self.placer.release
-                take(item.shape, Placement(dict(nodes)))
-
-    def _admit_nominated(self, prepared: Prepared, queue: Queue) -> Decision:
-        """A gang holding room its victims are giving back: admitted there once it is free."""
-        workload = prepared.workload
-        self._charge(prepared, -1)
-        need = prepared.need()
-        sets = self.shapes[workload.key]
-        placements = [
-            self.placer.place_on(item.shape, workload.nominated.get(item.pod_set.name, {}))
-            for item in sets
-        ]
-        whole = all(
-            p is not None and sum(p.nodes.values()) == item.pod_set.min_count
-            for p, item in zip(placements, sets, strict=True)
-        )
-        if not whole or self.ledger.shortfall(queue.team_quota, need) is not None:
-            self._charge(prepared, +1)
-            nodes = sorted({n for plan in workload.nominated.values() for n in plan})
-            return _decision(
-                workload,
-                Verdict.PENDING,
-                Reason.PREEMPTING,
-                "holding room on " + ", ".join(nodes) + " while the gangs it preempted give "
-                "it back",
-            )
-        for item, placement in zip(sets, placements, strict=True):
-            assert placement is not None
-            self.placer.commit(item.shape, placement)
-        self.ledger.reserve(queue.team_quota, need)
-        total: Counter[str] = Counter()
-        for placement in placements:
-            assert placement is not None
-            total.update(placement.nodes)
-        by_set = (
-            {
-                item.pod_set.name: dict(p.nodes)
-                for item, p in zip(sets, placements, strict=True)
-                if p
-            }
-            if len(sets) > 1
-            else {}
-        )
-        message = (
-            f"{_count(workload.gang_size, 'member')} placed on {_count(len(total), 'node')} "
-            f"its preemption freed; charged to TeamQuota {queue.team_quota}"
-        )
-        return _decision(
-            workload, Verdict.ADMIT, Reason.ADMITTED, message, dict(sorted(total.items())), by_set
         )
 
     def _borrowing(self, quota_name: str, need: Mapping[str, int]) -> list[str]:
@@ -480,30 +339,6 @@ class _Cycle:
             if after > before:
                 out.append(f"{format_milli(after - before, resource)} {resource}")
         return out
-
-
-def _decision(
-    workload: Workload,
-    verdict: Verdict,
-    reason: Reason,
-    message: str,
-    placement: Mapping[str, int] | None = None,
-    pod_set_placement: Mapping[str, Mapping[str, int]] | None = None,
-) -> Decision:
-    return Decision(
-        workload.namespaced_name,
-        workload.queue,
-        verdict,
-        reason,
-        message,
-        placement or {},
-        kind=workload.kind,
-        pod_set_placement=pod_set_placement or {},
-    )
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _duration(seconds: float) -> str:

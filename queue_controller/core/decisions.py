@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from queue_controller.core.model import Workload
 from enum import StrEnum
 
 
@@ -82,3 +86,24 @@ class Decision:
             if self.pod_set_placement:
                 out["podSets"] = {name: dict(p) for name, p in self.pod_set_placement.items()}
         return out
+
+
+def decision_for(
+    workload: Workload,
+    verdict: Verdict,
+    reason: Reason,
+    message: str,
+    placement: Mapping[str, int] | None = None,
+    pod_set_placement: Mapping[str, Mapping[str, int]] | None = None,
+) -> Decision:
+    """A decision about ``workload``, named and kinded as the workload is."""
+    return Decision(
+        workload.namespaced_name,
+        workload.queue,
+        verdict,
+        reason,
+        message,
+        placement or {},
+        kind=workload.kind,
+        pod_set_placement=pod_set_placement or {},
+    )

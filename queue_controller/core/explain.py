@@ -68,3 +68,8 @@ def explain_shortfall(
             f"and each member needs {format_milli(scatter.per_member, resource)}"
         )
     return "; ".join(parts)
+
+
+def count_of(n: int, noun: str) -> str:
+    """``1 member``, ``2 members``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

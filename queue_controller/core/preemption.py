@@ -29,20 +29,23 @@ preemption evicts (Kueue evicts a handful of workloads per preemption).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from queue_controller.core.decisions import Reason
+from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
+from queue_controller.core.explain import count_of
 from queue_controller.core.model import (
     BorrowPolicy,
     Preemption,
+    Queue,
     ReclaimPolicy,
     WithinPolicy,
 )
-from queue_controller.core.prepared import Prepared
+from queue_controller.core.prepared import Prepared, Usage
 from queue_controller.core.quota import QuotaLedger
-from queue_controller.core.resources import is_extended
-from queue_controller.core.shapes import Placer
+from queue_controller.core.resources import Resources, is_extended
+from queue_controller.core.shapes import Placement, Placer, SetShape
 
 LIMIT = 256
 
@@ -197,3 +200,156 @@ def _borrows(ledger: QuotaLedger, team_quota: str, need: Mapping[str, int]) -> b
         for resource, limits in quota.resources.items()
         if need.get(resource, 0) > 0
     )
+
+
+class PreemptingCycle:
+    """The preemption half of an admission cycle: core/cycle.py's ``_Cycle`` is one.
+
+    It finds victims for a gang that does not fit, and gives a gang that holds
+    nominated room (its victims still going) that room, charged every cycle until
+    it is admitted there.
+    """
+
+    # The cycle's, set up by it.
+    ledger: QuotaLedger
+    placer: Placer
+    queues: dict[tuple[str, str], Queue]
+    shapes: dict[str, tuple[SetShape, ...]]
+    held: dict[str, Usage]
+    holders: list[Holder]
+    search: VictimSearch
+    evicted: set[str]  # chosen as victims in this cycle
+
+    def _place(self, prepared: Prepared, sets: tuple[SetShape, ...]) -> tuple[list[Placement], str]:
+        raise NotImplementedError  # the cycle places, for admissions and for the search alike
+
+    def _holders(self, admitted: Iterable[Prepared]) -> list[Holder]:
+        out = []
+        for p in admitted:
+            queue = self.queues.get((p.workload.namespace, p.workload.queue))
+            if p.error or queue is None or queue.team_quota not in self.ledger:
+                continue
+            held = self.held.get(p.workload.key, {})
+            out.append(Holder(p, queue.team_quota, p.need(), held))
+        return sorted(out, key=lambda h: h.order)
+
+    def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
+        """Whether the gang would be admitted now (changing nothing)."""
+        if self.ledger.shortfall(team, need) is not None:
+            return False
+        sets = self.shapes[prepared.workload.key]
+        placed, _ = self._place(prepared, sets)
+        for item, placement in zip(sets, placed, strict=False):
+            self.placer.release(item.shape, placement)
+        return bool(placed)
+
+    def _try_preempt(
+        self, prepared: Prepared, queue: Queue, sets: tuple[SetShape, ...], need: Resources
+    ) -> Decision | None:
+        """Evict the fewest, cheapest gangs that make this one fit, if its policy allows."""
+        team = queue.team_quota
+        policy = self.ledger.quota(team).preemption
+        if not policy.enabled:
+            return None
+        chosen = candidates(
+            preemptor=prepared,
+            team_quota=team,
+            need=need,
+            policy=policy,
+            holders=self.holders,
+            ledger=self.ledger,
+            taken=self.evicted,
+        )
+        victims = self.search.search(chosen, lambda: self._fits(prepared, team, need))
+        if victims is None:
+            return None
+        placed, _ = self._place(prepared, sets)  # fits, as the search found: committed
+        self.ledger.reserve(team, need)
+        self.evicted.update(holder.key for holder, _ in victims)
+        reasons = [reason for _, reason in victims]
+        reason = max(set(reasons), key=lambda r: (reasons.count(r), r.value))
+        total: Counter[str] = Counter()
+        for placement in placed:
+            total.update(placement.nodes)
+        names = ", ".join(h.prepared.workload.namespaced_name for h, _ in victims)
+        workload = prepared.workload
+        message = (
+            f"preempting {count_of(len(victims), 'gang')} ({names}) for {reason.value}; "
+            f"{count_of(workload.gang_size, 'member')} placed on {count_of(len(total), 'node')} "
+            "once they are gone"
+        )
+        nominated = {
+            s.pod_set.name: dict(sorted(p.nodes.items())) for s, p in zip(sets, placed, strict=True)
+        }
+        return Decision(
+            workload.namespaced_name,
+            workload.queue,
+            Verdict.PREEMPT,
+            reason,
+            message,
+            dict(sorted(total.items())),
+            kind=workload.kind,
+            victims=tuple((h.key, r) for h, r in victims),
+            nominated=nominated,
+        )
+
+    def _charge(self, prepared: Prepared, sign: int) -> None:
+        """Take (+1) or give back (-1) the room a pending gang holds for itself."""
+        workload = prepared.workload
+        queue = self.queues[(workload.namespace, workload.queue)]
+        need = prepared.need()
+        self.ledger.reserve(queue.team_quota, {r: sign * a for r, a in need.items()})
+        for item in self.shapes[workload.key]:
+            nodes = workload.nominated.get(item.pod_set.name, {})
+            if nodes:
+                take = self.placer.commit if sign > 0 else self.placer.release
+                take(item.shape, Placement(dict(nodes)))
+
+    def _admit_nominated(self, prepared: Prepared, queue: Queue) -> Decision:
+        """A gang holding room its victims are giving back: admitted there once it is free."""
+        workload = prepared.workload
+        self._charge(prepared, -1)
+        need = prepared.need()
+        sets = self.shapes[workload.key]
+        placements = [
+            self.placer.place_on(item.shape, workload.nominated.get(item.pod_set.name, {}))
+            for item in sets
+        ]
+        whole = all(
+            p is not None and sum(p.nodes.values()) == item.pod_set.min_count
+            for p, item in zip(placements, sets, strict=True)
+        )
+        if not whole or self.ledger.shortfall(queue.team_quota, need) is not None:
+            self._charge(prepared, +1)
+            nodes = sorted({n for plan in workload.nominated.values() for n in plan})
+            return decision_for(
+                workload,
+                Verdict.PENDING,
+                Reason.PREEMPTING,
+                "holding room on " + ", ".join(nodes) + " while the gangs it preempted give "
+                "it back",
+            )
+        for item, placement in zip(sets, placements, strict=True):
+            assert placement is not None
+            self.placer.commit(item.shape, placement)
+        self.ledger.reserve(queue.team_quota, need)
+        total: Counter[str] = Counter()
+        for placement in placements:
+            assert placement is not None
+            total.update(placement.nodes)
+        by_set = (
+            {
+                item.pod_set.name: dict(p.nodes)
+                for item, p in zip(sets, placements, strict=True)
+                if p
+            }
+            if len(sets) > 1
+            else {}
+        )
+        message = (
+            f"{count_of(workload.gang_size, 'member')} placed on {count_of(len(total), 'node')} "
+            f"its preemption freed; charged to TeamQuota {queue.team_quota}"
+        )
+        return decision_for(
+            workload, Verdict.ADMIT, Reason.ADMITTED, message, dict(sorted(total.items())), by_set
+        )

@@ -11,7 +11,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from queue_controller.core.model import PodTemplate
+from queue_controller.core.model import PodSet, PodTemplate
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,14 @@ def shape_of(template: PodTemplate, request: Mapping[str, int]) -> GangShape:
         constraint_key=constraint_key,
         key=(constraint_key, tuple(sorted(request.items()))),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SetShape:
+    """One pod set of a gang as the placer sees it."""
+
+    pod_set: PodSet
+    shape: GangShape
 
 
 @dataclass(frozen=True, slots=True)
