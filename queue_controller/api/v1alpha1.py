@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from queue_controller.core.model import BorrowPolicy, ReclaimPolicy, WithinPolicy
 from queue_controller.core.quantity import parse_quantity
 from queue_controller.core.resources import is_extended
 from queue_controller.errors import QuantityError
@@ -77,27 +78,10 @@ class ResourceLimits(_Strict):
         return self
 
 
-class ReclaimWithinCohort(StrEnum):
-    """Kueue's ClusterQueue ``preemption.reclaimWithinCohort``."""
-
-    NEVER = "Never"
-    LOWER_PRIORITY = "LowerPriority"  # borrowing gangs of other quotas with a lower priority
-    ANY = "Any"  # borrowing gangs of other quotas, whatever their priority
-
-
-class WithinTeamQuota(StrEnum):
-    """Kueue's ClusterQueue ``preemption.withinClusterQueue``."""
-
-    NEVER = "Never"
-    LOWER_PRIORITY = "LowerPriority"
-    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
-
-
-class BorrowWithinCohortPolicy(StrEnum):
-    """Kueue's ClusterQueue ``preemption.borrowWithinCohort.policy``."""
-
-    NEVER = "Never"
-    LOWER_PRIORITY = "LowerPriority"
+# The API speaks the core's policies (Kueue's names and values): one definition of each.
+ReclaimWithinCohort = ReclaimPolicy
+WithinTeamQuota = WithinPolicy
+BorrowWithinCohortPolicy = BorrowPolicy
 
 
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1, strict=True)]

@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from queue_controller.api import v1alpha1
 from queue_controller.core.model import (
-    BorrowPolicy,
     Container,
     Node,
     NodeSelectorTerm,
@@ -22,14 +21,12 @@ from queue_controller.core.model import (
     Preemption,
     PriorityClass,
     Queue,
-    ReclaimPolicy,
     RequeuePolicy,
     ResourceQuota,
     SelectorRequirement,
     Taint,
     TeamQuota,
     Toleration,
-    WithinPolicy,
 )
 from queue_controller.core.quantity import parse_milli
 from queue_controller.errors import InputError, QuantityError
@@ -186,9 +183,9 @@ def team_quota(obj: Obj) -> TeamQuota:
             for name, limits in model.spec.resources.items()
         },
         preemption=Preemption(
-            reclaim_within_cohort=ReclaimPolicy(preemption.reclaimWithinCohort.value),
-            within_team_quota=WithinPolicy(preemption.withinTeamQuota.value),
-            borrow_within_cohort=BorrowPolicy(preemption.borrowWithinCohort.policy.value),
+            reclaim_within_cohort=preemption.reclaimWithinCohort,
+            within_team_quota=preemption.withinTeamQuota,
+            borrow_within_cohort=preemption.borrowWithinCohort.policy,
             borrow_max_priority=preemption.borrowWithinCohort.maxPriorityThreshold,
         ),
     )
