@@ -101,7 +101,7 @@ class Applier(Writer):
         # before the release, which may conflict with the Job controller's own
         # updates and is then resumed next cycle (ResumeAdmission) without a word.
         placed = ", ".join(f"{node}: {n}" for node, n in sorted(action.placement.items()))
-        about = (*[r for r in action.subject.about if r.resource.kind != "PodGroup"], ref)
+        about = self._about(action.subject, ref)
         await self._events(about, "Admitted", f"{action.message} ({placed})")
         self._journal(
             action.subject,
@@ -133,7 +133,7 @@ class Applier(Writer):
             ),
         }
         await self._patch(ref, {"status": status}, status=True)
-        about = (*[r for r in action.subject.about if r.resource.kind != "PodGroup"], ref)
+        about = self._about(action.subject, ref)
         await self._events(about, "Preempting", f"{action.reason}: {action.message}")
         self._journal(action.subject, JournalEvent.PENDING, "Preempting", action.message)
 
@@ -307,7 +307,7 @@ class Applier(Writer):
         await self._patch(ref, {"status": status}, status=True)
         if previous != action.reason:
             invalid = action.verdict == "Invalid"
-            about = (*[r for r in action.subject.about if r.resource.kind != "PodGroup"], ref)
+            about = self._about(action.subject, ref)
             await self._events(
                 about,
                 "Invalid" if invalid else "Pending",

@@ -18,7 +18,7 @@ kind: each gang's kind (kube/kinds) spells the writes that hold and release it.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -26,10 +26,10 @@ from queue_controller.api.v1alpha1 import PodGroupPhase
 from queue_controller.controller import actions as act
 from queue_controller.controller import gpuwatch
 from queue_controller.controller.status import iso
+from queue_controller.controller.summaries import summaries
 from queue_controller.core.cycle import CycleResult
 from queue_controller.core.decisions import Decision, Verdict
-from queue_controller.core.model import GpuHealth, Queue, RequeuePolicy, ResourceQuota
-from queue_controller.core.quantity import format_milli
+from queue_controller.core.model import GpuHealth, Queue, RequeuePolicy
 from queue_controller.core.requeue import Requeue, pods_ready_timeout, requeue
 from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.gangs import GangView
@@ -94,7 +94,7 @@ class Planner:
                 continue
             out.extend(self._gang(gang, decisions.get(gang.key), now, signals))
         out.extend(_orphans(seen, now))
-        out.extend(_statuses(seen, result))
+        out.extend(summaries(seen, result))
         return out
 
     def _gang(
@@ -407,59 +407,3 @@ def _orphans(seen: Translation, now: float) -> list[act.Action]:
             )
             out.append(act.DeleteOrphan(group_ref=group.ref, why=why))
     return out
-
-
-def _statuses(seen: Translation, result: CycleResult) -> list[act.Action]:
-    counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for gang in seen.gangs:
-        if gang.gang.facts.finished:
-            continue
-        phase = gang.phase or PodGroupPhase.PENDING
-        bucket = {PodGroupPhase.ADMITTED: "admittedGangs", PodGroupPhase.RUNNING: "runningGangs"}
-        counts[gang.queue_key][bucket.get(phase, "pendingGangs")] += 1
-    out: list[act.Action] = []
-    team_counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for queue in seen.queues:
-        key = f"{queue.model.namespace}/{queue.model.name}"
-        wanted = {k: counts[key][k] for k in ("pendingGangs", "admittedGangs", "runningGangs")}
-        team = queue.model.team_quota
-        team_counts[team]["pendingGangs"] += wanted["pendingGangs"]
-        team_counts[team]["admittedGangs"] += wanted["admittedGangs"] + wanted["runningGangs"]
-        if any(queue.status.get(k) != v for k, v in wanted.items()):
-            out.append(act.QueueStatus(queue=queue.ref, current=queue.status, counts=wanted))
-    for quota in seen.quotas:
-        name = quota.model.name
-        used_milli = result.quota_usage.get(name, {})
-        used, borrowed = quota_figures(quota.model.resources, used_milli)
-        wanted_counts = {k: team_counts[name][k] for k in ("pendingGangs", "admittedGangs")}
-        current = quota.status
-        if (
-            current.get("used", {}) != used
-            or current.get("borrowed", {}) != borrowed
-            or any(current.get(k) != v for k, v in wanted_counts.items())
-        ):
-            out.append(
-                act.TeamQuotaStatus(
-                    quota=quota.ref,
-                    current=current,
-                    used=used,
-                    borrowed=borrowed,
-                    counts=wanted_counts,
-                )
-            )
-    return out
-
-
-def quota_figures(
-    resources: Mapping[str, ResourceQuota], used_milli: Mapping[str, int]
-) -> tuple[dict[str, str], dict[str, str]]:
-    """What a TeamQuota's status shows: used per resource, and what is borrowed past nominal."""
-    used: dict[str, str] = {}
-    borrowed: dict[str, str] = {}
-    for resource, limits in resources.items():
-        amount = used_milli.get(resource, 0)
-        used[resource] = format_milli(amount, resource)
-        over = amount - limits.nominal
-        if over > 0:
-            borrowed[resource] = format_milli(over, resource)
-    return used, borrowed

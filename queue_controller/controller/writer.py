@@ -125,6 +125,11 @@ class Writer:
         except gw.GatewayError as error:  # events are best effort
             log.debug("event %s not posted: %s", reason, error)
 
+    @staticmethod
+    def _about(who: act.Subject, group: Ref) -> tuple[Ref, ...]:
+        """Where a gang's events go: its head object, if any, and ``group`` as written now."""
+        return (*[r for r in who.about if r.resource.kind != "PodGroup"], group)
+
     async def _events(
         self, refs: tuple[Ref, ...], reason: str, message: str, *, warning: bool = False
     ) -> None:
