@@ -147,7 +147,8 @@ def snapshot(**kwargs: object) -> Snapshot:
     """A snapshot with a default unlimited team quota and queue unless given."""
     kwargs.setdefault("quotas", (quota(),))
     kwargs.setdefault("queues", (queue(),))
-    for key in ("nodes", "pods", "workloads", "queues", "quotas", "priority_classes"):
+    listed = ("nodes", "pods", "workloads", "queues", "quotas", "priority_classes", "cohorts")
+    for key in listed:
         if key in kwargs:
             kwargs[key] = tuple(kwargs[key])  # type: ignore[call-overload]
     return Snapshot(**kwargs)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from queue_controller.core.fit import EquivalenceIndex
 from queue_controller.core.model import (
     BorrowPolicy,
     BoundPod,
+    Cohort,
     Container,
     Node,
     NodeSelectorTerm,
@@ -38,6 +39,7 @@ from queue_controller.core.podscan import PodByPodPlacer
 __all__ = [
     "BorrowPolicy",
     "BoundPod",
+    "Cohort",
     "Container",
     "CycleResult",
     "Decision",

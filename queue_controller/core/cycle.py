@@ -9,12 +9,13 @@ so gangs admitted earlier in the cycle are seen by every later one.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
 from queue_controller.core.explain import count_of
+from queue_controller.core.fairshare import FairShares, FairTurns
 from queue_controller.core.fit import EquivalenceIndex
 from queue_controller.core.gpuhealth import unhealthy_note
 from queue_controller.core.model import (
@@ -43,6 +44,9 @@ class CycleResult:
     decisions: tuple[Decision, ...]
     # TeamQuota -> resource -> usage after this cycle's admissions.
     quota_usage: Mapping[str, Mapping[str, int]]
+    # TeamQuota in a fair-sharing cohort -> its weighted share after this cycle,
+    # as Kueue's status.fairSharing.weightedShare (x1000).
+    weighted_shares: Mapping[str, int] = field(default_factory=dict)
 
 
 class _Cycle(PreemptingCycle):
@@ -84,6 +88,8 @@ class _Cycle(PreemptingCycle):
         self.sick_nodes = [n for n in snapshot.nodes if n.gpu_health is not None]
         # Preemption: what each admitted gang would give back, and the search over them.
         self.holders = self._holders(admitted)
+        self.holder_quota = {holder.key: holder.team_quota for holder in self.holders}
+        self.fair = FairShares(self.ledger, snapshot.cohorts)
         self.search = VictimSearch(self.ledger, self.placer)
         self.evicted: set[str] = set()  # chosen as victims in this cycle
         # Pending gangs holding nominated room (their victims are still going): the
@@ -147,9 +153,43 @@ class _Cycle(PreemptingCycle):
                     put_off.add(queue_key)
                 continue
             decisions.append(self._decide(prepared))
-        decisions.extend(self._decide(p) for p in borrowers)
+        decisions.extend(self._borrowing_turns(borrowers))
         usage = {quota.name: dict(self.ledger.used(quota.name)) for quota in self.snapshot.quotas}
-        return CycleResult(tuple(decisions), usage)
+        shares = {
+            quota.name: self.fair.weighted_share(quota.name)
+            for quota in self.snapshot.quotas
+            if self.fair.applies(quota.name)
+        }
+        return CycleResult(tuple(decisions), usage, shares)
+
+    def _borrowing_turns(self, borrowers: list[Prepared]) -> Iterator[Decision]:
+        """The second pass: in order, except within a fair-sharing cohort.
+
+        A cohort's gangs keep the turns their priority and age give them among
+        everyone's, but each of its turns goes to the gang whose quota's share
+        is lowest (:class:`FairTurns`), so fair sharing reorders a cohort and
+        never the cluster.
+        """
+        turns: dict[str, FairTurns] = {}
+        cohort_of: dict[str, str] = {}
+        fair: dict[str, list[tuple[str, Prepared]]] = defaultdict(list)
+        for p in borrowers:
+            queue = self.queues.get((p.workload.namespace, p.workload.queue))
+            if queue is not None and self.fair.applies(queue.team_quota):
+                cohort_of[p.workload.key] = cohort = self.ledger.quota(queue.team_quota).cohort
+                fair[cohort].append((queue.team_quota, p))
+        for cohort, gangs in fair.items():
+            turns[cohort] = FairTurns(self.fair, gangs)
+        for p in borrowers:
+            fair_cohort = cohort_of.get(p.workload.key)
+            if fair_cohort is None:
+                yield self._decide(p)
+                continue
+            quota, chosen = turns[fair_cohort].next()
+            decision = self._decide(chosen)
+            victims = (self.holder_quota[key] for key, _ in decision.victims)
+            turns[fair_cohort].decided((quota, *victims))
+            yield decision
 
     def _borrows(self, prepared: Prepared) -> bool:
         """Whether admitting the gang now would borrow from its cohort.

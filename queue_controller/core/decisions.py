@@ -29,6 +29,7 @@ class Reason(StrEnum):
     RECLAIM_WITHIN_COHORT = "ReclaimWithinCohort"
     BORROW_WITHIN_COHORT = "BorrowWithinCohort"
     WITHIN_TEAM_QUOTA = "WithinTeamQuota"
+    FAIR_SHARING = "FairSharing"  # another quota's borrowing, above its fair share
     # Pending
     QUOTA_EXCEEDED = "QuotaExceeded"
     NO_NODE_FIT = "NoNodeFit"

@@ -225,6 +225,18 @@ class TeamQuota:
     resources: Mapping[str, ResourceQuota]
     cohort: str = ""
     preemption: Preemption = Preemption()
+    # spec.fairSharing.weight, in thousandths (1000 = weight 1): a quota's share of
+    # what it borrows is divided by it.  Zero: it borrows only what nobody else wants.
+    fair_weight: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    """A Cohort object: where it exists and enables fair sharing, its members'
+    borrowing is ordered, and may be preempted, by their shares (DRF)."""
+
+    name: str
+    fair_sharing: bool = False
 
 
 class Ordering(StrEnum):
@@ -358,3 +370,4 @@ class Snapshot:
     quotas: tuple[TeamQuota, ...] = ()
     priority_classes: tuple[PriorityClass, ...] = ()
     now: float = 0.0
+    cohorts: tuple[Cohort, ...] = ()

@@ -29,12 +29,15 @@ preemption evicts (Kueue evicts a handful of workloads per preemption).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import islice
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
 from queue_controller.core.explain import count_of
+from queue_controller.core.fairshare import FairShares
 from queue_controller.core.model import (
     BorrowPolicy,
     Preemption,
@@ -97,15 +100,17 @@ class VictimSearch:
             self.placer.adjust(node, {r: -a for r, a in amounts.items()})
 
     def search(
-        self, candidates: list[tuple[Holder, Reason]], fits: Callable[[], bool]
+        self, candidates: Iterable[tuple[Holder, Reason]], fits: Callable[[], bool]
     ) -> list[tuple[Holder, Reason]] | None:
         """The victims after whose eviction ``fits()``, minimal; None if there are none.
 
-        On success the victims stay taken out (the caller evicts them); on failure
+        ``candidates`` is read lazily, one at a time between take-outs, so an order
+        that depends on what is already taken out (fair sharing's) sees it.  On
+        success the victims stay taken out (the caller evicts them); on failure
         everything is as it was.
         """
         taken: list[tuple[Holder, Reason]] = []
-        for candidate in candidates[:LIMIT]:
+        for candidate in islice(candidates, LIMIT):
             self.take_out(candidate[0])
             taken.append(candidate)
             if fits():
@@ -132,6 +137,7 @@ def candidates(
     holders: list[Holder],
     ledger: QuotaLedger,
     taken: set[str],
+    fair: bool = False,
 ) -> list[tuple[Holder, Reason]]:
     """The admitted gangs ``policy`` lets ``preemptor`` evict, in order of preference.
 
@@ -148,7 +154,7 @@ def candidates(
     def borrows(team: str) -> bool:
         found = borrowing.get(team)
         if found is None:
-            found = borrowing[team] = _borrows(ledger, team, need)
+            found = borrowing[team] = quota_borrows(ledger, team, need)
         return found
 
     first: list[tuple[Holder, Reason]] = []
@@ -171,17 +177,25 @@ def candidates(
             reclaim = policy.reclaim_within_cohort
             borrow = policy.borrow_within_cohort
             threshold = policy.borrow_max_priority
-            if within_nominal and (
-                reclaim is ReclaimPolicy.ANY
-                or (reclaim is ReclaimPolicy.LOWER_PRIORITY and other < priority)
-            ):
-                reason = Reason.RECLAIM_WITHIN_COHORT
-            elif (
-                not within_nominal
-                and borrow is BorrowPolicy.LOWER_PRIORITY
+            reclaims = reclaim is ReclaimPolicy.ANY or (
+                reclaim is ReclaimPolicy.LOWER_PRIORITY and other < priority
+            )
+            below_threshold = (
+                borrow is BorrowPolicy.LOWER_PRIORITY
                 and other < priority
                 and (threshold is None or other <= threshold)
-            ):
+            )
+            if fair:
+                # Kueue's fair sharing: reclaimWithinCohort decides whom, the shares
+                # decide when (PreemptingCycle._victims); a gang
+                # below borrowWithinCohort's threshold goes whatever the shares.
+                if below_threshold and not within_nominal:
+                    reason = Reason.BORROW_WITHIN_COHORT
+                elif reclaims:
+                    reason = Reason.RECLAIM_WITHIN_COHORT if within_nominal else Reason.FAIR_SHARING
+            elif within_nominal and reclaims:
+                reason = Reason.RECLAIM_WITHIN_COHORT
+            elif not within_nominal and below_threshold:
                 reason = Reason.BORROW_WITHIN_COHORT
         if reason is None:
             continue
@@ -191,7 +205,13 @@ def candidates(
     return (first + rest)[:LIMIT]
 
 
-def _borrows(ledger: QuotaLedger, team_quota: str, need: Mapping[str, int]) -> bool:
+def _ruled(candidate: tuple[Holder, Reason], team: str) -> bool:
+    """Whether fair sharing's share rule judges this victim: another quota's gang,
+    not one below borrowWithinCohort's threshold (those go whatever the shares)."""
+    return candidate[0].team_quota != team and candidate[1] is not Reason.BORROW_WITHIN_COHORT
+
+
+def quota_borrows(ledger: QuotaLedger, team_quota: str, need: Mapping[str, int]) -> bool:
     """Whether the quota uses more than its nominal of a resource ``need`` asks for."""
     quota = ledger.quota(team_quota)
     used = ledger.used(team_quota)
@@ -219,6 +239,7 @@ class PreemptingCycle:
     holders: list[Holder]
     search: VictimSearch
     evicted: set[str]  # chosen as victims in this cycle
+    fair: FairShares
 
     def _place(self, prepared: Prepared, sets: tuple[SetShape, ...]) -> tuple[list[Placement], str]:
         raise NotImplementedError  # the cycle places, for admissions and for the search alike
@@ -259,8 +280,9 @@ class PreemptingCycle:
             holders=self.holders,
             ledger=self.ledger,
             taken=self.evicted,
+            fair=self.fair.applies(team),
         )
-        victims = self.search.search(chosen, lambda: self._fits(prepared, team, need))
+        victims = self._victims(prepared, team, need, chosen)
         if victims is None:
             return None
         placed, _ = self._place(prepared, sets)  # fits, as the search found: committed
@@ -292,6 +314,69 @@ class PreemptingCycle:
             victims=tuple((h.key, r) for h, r in victims),
             nominated=nominated,
         )
+
+    def _victims(
+        self, prepared: Prepared, team: str, need: Resources, chosen: list[tuple[Holder, Reason]]
+    ) -> list[tuple[Holder, Reason]] | None:
+        """The search, and in a fair-sharing cohort the share rule on what it found.
+
+        A victim of another quota must leave its quota, without all the victims
+        taken from it, at or above the preemptor's share with the gang (Kueue's
+        ``LessThanOrEqualToFinalShare``, checked on the last victim of each quota,
+        the strictest).  The rule is checked on the minimal set rather than at
+        each greedy step, so that the greedy may overshoot to find room on one
+        node and the minimising pass still sheds what is not needed.  If the set
+        breaks it, the quotas that break it are left out and the search runs
+        again: at most once per quota in the cohort.
+        """
+
+        def fits() -> bool:
+            return self._fits(prepared, team, need)
+
+        if not self.fair.applies(team):
+            return self.search.search(chosen, fits)
+        excluded: set[str] = set()
+        while True:
+            order = self._fair_order(
+                [c for c in chosen if c[0].team_quota not in excluded or not _ruled(c, team)], team
+            )
+            victims = self.search.search(order, fits)
+            if victims is None:
+                return None
+            mine = self.fair.share(team, need)
+            broken = {
+                holder.team_quota
+                for holder, reason in victims
+                if _ruled((holder, reason), team) and self.fair.share(holder.team_quota) < mine
+            }
+            if not broken:
+                return victims
+            for holder, _ in victims:
+                self.search.put_back(holder)
+            excluded |= broken
+
+    def _fair_order(
+        self, chosen: list[tuple[Holder, Reason]], team: str
+    ) -> Iterator[tuple[Holder, Reason]]:
+        """Victims in a fair-sharing cohort: the quota furthest above its share first.
+
+        Each quota's candidates keep their order (lower priority, newest, fewer
+        GPUs); at each step the next comes from the quota with the highest share
+        now, the victims taken so far already gone (the preemptor's own quota,
+        whose share is not what is at stake, by its share too).
+        """
+        groups: dict[str, deque[tuple[Holder, Reason]]] = {}
+        for candidate in chosen:
+            groups.setdefault(candidate[0].team_quota, deque()).append(candidate)
+
+        def rank(quota: str) -> tuple[Fraction, tuple[int, float, int, str]]:
+            return (-self.fair.share(quota), groups[quota][0][0].order)
+
+        while groups:
+            quota = min(groups, key=rank)
+            yield groups[quota].popleft()
+            if not groups[quota]:
+                del groups[quota]
 
     def _charge(self, prepared: Prepared, sign: int) -> None:
         """Take (+1) or give back (-1) the room a pending gang holds for itself."""

@@ -114,6 +114,11 @@ class QuotaLedger:
     def used(self, name: str) -> Mapping[str, int]:
         return self._usage[name]
 
+    def pool_size(self, cohort: str, resource: str) -> int:
+        """All the cohort lends of ``resource``: its members' lendable nominal, summed."""
+        pool = self._pools.get((cohort, resource))
+        return 0 if pool is None else pool[0]
+
     def pool_left(self, cohort: str, resource: str) -> int:
         size, drawn = self._pools[(cohort, resource)]
         return size - drawn
