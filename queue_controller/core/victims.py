@@ -1,0 +1,145 @@
+"""Who may be evicted for a pending gang: the candidates its TeamQuota's policy allows.
+
+Kueue's policies with Kueue's meanings (``withinTeamQuota``,
+``reclaimWithinCohort``, ``borrowWithinCohort``; in a fair-sharing cohort,
+``reclaimWithinCohort`` says whom and the shares say when), in order of
+preference: gangs of quotas that borrow before gangs within nominal, lower
+priority first, the most recently created first (the least work lost), fewer
+GPUs first, then by key.  core/preemption.py searches among them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from queue_controller.core.decisions import Reason
+from queue_controller.core.model import BorrowPolicy, Preemption, ReclaimPolicy, WithinPolicy
+from queue_controller.core.prepared import Prepared
+from queue_controller.core.quota import QuotaLedger
+from queue_controller.core.resources import is_extended
+
+# At most this many candidates are considered for one preemption (see core/preemption.py).
+LIMIT = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """An admitted gang, as a candidate victim: what evicting it gives back."""
+
+    prepared: Prepared
+    team_quota: str
+    need: Mapping[str, int]  # its quota charge
+    held: Mapping[str, Mapping[str, int]]  # node -> resources it holds there
+    # Read by every preemption's candidate scan: computed once.
+    key: str = field(init=False)
+    priority: int = field(init=False)
+    created: float = field(init=False)
+    accelerators: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        workload = self.prepared.workload
+        object.__setattr__(self, "key", workload.key)
+        object.__setattr__(self, "priority", self.prepared.priority)
+        object.__setattr__(self, "created", workload.created)
+        gpus = sum(amount for name, amount in self.need.items() if is_extended(name))
+        object.__setattr__(self, "accelerators", gpus)
+
+    @property
+    def order(self) -> tuple[int, float, int, str]:
+        """Preference within a class: lower priority, newest, fewer GPUs, then by key."""
+        return (self.priority, -self.created, self.accelerators, self.key)
+
+
+def candidates(
+    *,
+    preemptor: Prepared,
+    team_quota: str,
+    need: Mapping[str, int],
+    policy: Preemption,
+    holders: list[Holder],
+    ledger: QuotaLedger,
+    taken: set[str],
+    fair: bool = False,
+) -> list[tuple[Holder, Reason]]:
+    """The admitted gangs ``policy`` lets ``preemptor`` evict, in order of preference.
+
+    ``holders`` comes sorted by :attr:`Holder.order`; gangs of quotas that borrow go
+    first.  The scan stops once ``LIMIT`` of those are found, so a busy cluster's
+    thousands of admitted gangs are not all looked at for every preemption.
+    """
+    mine = ledger.quota(team_quota)
+    priority = preemptor.priority
+    created = preemptor.workload.created
+    within_nominal = ledger.within_nominal(team_quota, need)
+    borrowing: dict[str, bool] = {}
+
+    def borrows(team: str) -> bool:
+        found = borrowing.get(team)
+        if found is None:
+            found = borrowing[team] = quota_borrows(ledger, team, need)
+        return found
+
+    first: list[tuple[Holder, Reason]] = []
+    rest: list[tuple[Holder, Reason]] = []
+    for holder in holders:
+        if holder.key in taken:
+            continue
+        other = holder.priority
+        reason: Reason | None = None
+        if holder.team_quota == team_quota:
+            within = policy.within_team_quota
+            if (within is WithinPolicy.LOWER_PRIORITY and other < priority) or (
+                within is WithinPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
+                and (other < priority or (other == priority and holder.created > created))
+            ):
+                reason = Reason.WITHIN_TEAM_QUOTA
+        elif mine.cohort and ledger.quota(holder.team_quota).cohort == mine.cohort:
+            if not borrows(holder.team_quota):
+                continue  # only what is lent can be taken back
+            reclaim = policy.reclaim_within_cohort
+            borrow = policy.borrow_within_cohort
+            threshold = policy.borrow_max_priority
+            reclaims = reclaim is ReclaimPolicy.ANY or (
+                reclaim is ReclaimPolicy.LOWER_PRIORITY and other < priority
+            )
+            below_threshold = (
+                borrow is BorrowPolicy.LOWER_PRIORITY
+                and other < priority
+                and (threshold is None or other <= threshold)
+            )
+            if fair:
+                # Kueue's fair sharing: reclaimWithinCohort decides whom, the shares
+                # decide when (PreemptingCycle._victims); a gang
+                # below borrowWithinCohort's threshold goes whatever the shares.
+                if below_threshold and not within_nominal:
+                    reason = Reason.BORROW_WITHIN_COHORT
+                elif reclaims:
+                    reason = Reason.RECLAIM_WITHIN_COHORT if within_nominal else Reason.FAIR_SHARING
+            elif within_nominal and reclaims:
+                reason = Reason.RECLAIM_WITHIN_COHORT
+            elif not within_nominal and below_threshold:
+                reason = Reason.BORROW_WITHIN_COHORT
+        if reason is None:
+            continue
+        (first if borrows(holder.team_quota) else rest).append((holder, reason))
+        if len(first) >= LIMIT:
+            break
+    return (first + rest)[:LIMIT]
+
+
+def ruled(candidate: tuple[Holder, Reason], team: str) -> bool:
+    """Whether fair sharing's share rule judges this victim: another quota's gang,
+    not one below borrowWithinCohort's threshold (those go whatever the shares)."""
+    return candidate[0].team_quota != team and candidate[1] is not Reason.BORROW_WITHIN_COHORT
+
+
+def quota_borrows(ledger: QuotaLedger, team_quota: str, need: Mapping[str, int]) -> bool:
+    """Whether the quota uses more than its nominal of a resource ``need`` asks for."""
+    quota = ledger.quota(team_quota)
+    used = ledger.used(team_quota)
+    return any(
+        used.get(resource, 0) > limits.nominal
+        for resource, limits in quota.resources.items()
+        if need.get(resource, 0) > 0
+    )
