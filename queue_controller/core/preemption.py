@@ -40,7 +40,7 @@ from itertools import islice
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
 from queue_controller.core.explain import count_of
-from queue_controller.core.fairshare import FairShares
+from queue_controller.core.fairshare import INFINITE, FairShares
 from queue_controller.core.model import Queue
 from queue_controller.core.prepared import Prepared, Usage
 from queue_controller.core.quota import QuotaLedger
@@ -218,10 +218,13 @@ class PreemptingCycle:
             if victims is None:
                 return None
             mine = self.fair.share(team, need)
+            # A quota of weight 0 that would borrow has an infinite share: it takes
+            # what it borrows from nobody (two of them would take it in turns).
             broken = {
                 holder.team_quota
                 for holder, reason in victims
-                if ruled((holder, reason), team) and self.fair.share(holder.team_quota) < mine
+                if ruled((holder, reason), team)
+                and (mine >= INFINITE or self.fair.share(holder.team_quota) < mine)
             }
             if not broken:
                 return victims

@@ -217,3 +217,37 @@ def test_victims_come_from_the_quota_furthest_above_its_share() -> None:
     assert decision.verdict is Verdict.PREEMPT
     ((victim, _),) = decision.victims
     assert victim.startswith("Job/ns/a")
+
+
+def test_a_quota_of_weight_zero_borrows_from_nobody() -> None:
+    # Both borrowers weigh 0: b's share with its gang is infinite, a's too; b does not
+    # take from a (the two would take the same GPUs in turns).
+    held = [holding(f"a{i}", "qa", f"n{i % 2}", float(i)) for i in range(4)]
+    result = schedule(
+        snapshot(
+            nodes=[gpu_node("n0", 8), gpu_node("n1", 8)],
+            pods=[pod for _, pod in held],
+            workloads=[w for w, _ in held] + [gang("b0", 1, 4, queue="qb", created=100)],
+            quotas=[team("lender", 16), team("a", 0, weight=0), team("b", 0, weight=0)],
+            queues=QUEUES,
+            cohorts=FAIR,
+        )
+    )
+    (decision,) = [d for d in result.decisions if d.workload == "ns/b0"]
+    assert decision.verdict is Verdict.PENDING
+
+
+def test_a_quota_of_weight_zero_gives_way_to_one_that_weighs() -> None:
+    held = [holding(f"a{i}", "qa", f"n{i % 2}", float(i)) for i in range(4)]
+    result = schedule(
+        snapshot(
+            nodes=[gpu_node("n0", 8), gpu_node("n1", 8)],
+            pods=[pod for _, pod in held],
+            workloads=[w for w, _ in held] + [gang("b0", 1, 4, queue="qb", created=100)],
+            quotas=[team("lender", 16), team("a", 0, weight=0), team("b", 0)],
+            queues=QUEUES,
+            cohorts=FAIR,
+        )
+    )
+    (decision,) = [d for d in result.decisions if d.workload == "ns/b0"]
+    assert decision.verdict is Verdict.PREEMPT
