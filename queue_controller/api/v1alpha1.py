@@ -1,4 +1,4 @@
-"""``queue-controller.io/v1alpha1``: TeamQuota, Queue and PodGroup as pydantic models.
+"""``queue-controller.io/v1alpha1``: TeamQuota, Cohort, Queue and PodGroup as pydantic models.
 
 These mirror the CRD schemas in ``crds/`` (a test keeps the two in step), so
 an object read from a dump is held to the same rules the API server applies,
@@ -118,11 +118,17 @@ class PreemptionSpec(_Strict):
         return self
 
 
+class FairSharingWeight(_Strict):
+    # Kueue's ClusterQueue spec.fairSharing.weight: what the quota borrows is divided by it.
+    weight: Quantity = 1
+
+
 class TeamQuotaSpec(_Strict):
     cohort: CohortName = ""
     # At most 15: the CRD's CEL rules must stay within the API server's cost budget.
     resources: dict[str, ResourceLimits] = Field(default_factory=dict, max_length=15)
     preemption: PreemptionSpec = PreemptionSpec()
+    fairSharing: FairSharingWeight = FairSharingWeight()
 
     @model_validator(mode="after")
     def _rules(self) -> TeamQuotaSpec:
@@ -151,6 +157,28 @@ class TeamQuota(_Strict):
     metadata: ObjectMeta
     spec: TeamQuotaSpec
     status: dict[str, Any] = Field(default_factory=dict)
+
+
+class CohortFairSharing(_Strict):
+    # Strict: the API server rejects "true" where a boolean belongs.
+    enabled: Annotated[bool, Field(strict=True)] = False
+
+
+class CohortSpec(_Strict):
+    fairSharing: CohortFairSharing = CohortFairSharing()
+
+
+class Cohort(_Strict):
+    """The TeamQuotas whose spec.cohort names it share by weighted share when enabled.
+
+    Hierarchical cohorts (Kueue's parentName) and cohort-level quota are not
+    supported: a Cohort only switches fair sharing on.
+    """
+
+    apiVersion: Literal["queue-controller.io/v1alpha1"]
+    kind: Literal["Cohort"]
+    metadata: ObjectMeta
+    spec: CohortSpec = CohortSpec()
 
 
 class QueueOrdering(StrEnum):

@@ -174,6 +174,8 @@ class TeamQuotaStatus:
     used: Mapping[str, str]
     borrowed: Mapping[str, str]
     counts: Mapping[str, int] = field(default_factory=dict)
+    # status.fairSharing.weightedShare; None where its cohort has no fair sharing.
+    weighted_share: int | None = None
 
 
 Action = (

@@ -367,4 +367,8 @@ class Applier(Writer):
             "borrowed": replacing("borrowed", action.borrowed),
             **action.counts,
         }
+        if action.weighted_share is not None:
+            status["fairSharing"] = {"weightedShare": action.weighted_share}
+        elif current.get("fairSharing") is not None:
+            status["fairSharing"] = None  # fair sharing turned off: the figure goes
         await self._patch(action.quota, {"status": status}, status=True)

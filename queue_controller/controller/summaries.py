@@ -1,4 +1,5 @@
-"""What Queues and TeamQuotas show: their gangs counted, and the quota used and borrowed.
+"""What Queues and TeamQuotas show: their gangs counted, the quota used and borrowed, and
+the weighted share where fair sharing is on.
 
 Derived each cycle from the gang views and the core's quota usage, and written
 only where it changed.
@@ -42,10 +43,13 @@ def summaries(seen: Translation, result: CycleResult) -> list[act.Action]:
         used, borrowed = quota_figures(quota.model.resources, used_milli)
         wanted_counts = {k: team_counts[name][k] for k in ("pendingGangs", "admittedGangs")}
         current = quota.status
+        share = result.weighted_shares.get(name)
+        fair = current.get("fairSharing")
         if (
             current.get("used", {}) != used
             or current.get("borrowed", {}) != borrowed
             or any(current.get(k) != v for k, v in wanted_counts.items())
+            or (fair.get("weightedShare") if isinstance(fair, dict) else None) != share
         ):
             out.append(
                 act.TeamQuotaStatus(
@@ -54,6 +58,7 @@ def summaries(seen: Translation, result: CycleResult) -> list[act.Action]:
                     used=used,
                     borrowed=borrowed,
                     counts=wanted_counts,
+                    weighted_share=share,
                 )
             )
     return out

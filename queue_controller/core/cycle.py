@@ -324,13 +324,14 @@ class _Cycle(PreemptingCycle):
             preempting = self._try_preempt(prepared, queue, sets, need)
             if preempting is not None:
                 return preempting
+            message = shortfall.describe()
             if self.ledger.within_nominal(queue.team_quota, need):
                 # Its own nominal would hold it, but the cohort lent it out: what is
                 # still idle of it is not lent again this cycle.
                 self.ledger.hold_idle_nominal(queue.team_quota, need)
-            return decision_for(
-                workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, shortfall.describe()
-            )
+            elif self.fair.applies(queue.team_quota):
+                message += "; " + self.fair.why_not_preempted(queue.team_quota, need)
+            return decision_for(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, message)
         placed, explanation = self._place(prepared, sets)
         if not placed:
             preempting = self._try_preempt(prepared, queue, sets, need)

@@ -70,10 +70,27 @@ class FairShares:
             return INFINITE
         return dominant * 1000 / quota.fair_weight
 
-    def weighted_share(self, quota_name: str) -> int:
+    def weighted_share(self, quota_name: str, change: Mapping[str, int] | None = None) -> int:
         """The share as Kueue's ``status.fairSharing.weightedShare``: times 1000, rounded down."""
-        share = self.share(quota_name)
+        share = self.share(quota_name, change)
         return int(share) if share == INFINITE else int(share * 1000)
+
+    def why_not_preempted(self, quota_name: str, need: Mapping[str, int]) -> str:
+        """For a pending message: the shares that kept a gang from taking back borrowed
+        quota (weighted shares, as the TeamQuotas' status shows them)."""
+        cohort = self.ledger.quota(quota_name).cohort
+        others = [
+            f"{other} {self.weighted_share(other)}"
+            for other in self.ledger.members(cohort)
+            if other != quota_name and self.share(other) > 0
+        ]
+        mine = self.weighted_share(quota_name, need)
+        if not others:
+            return f"fair sharing: no other TeamQuota of cohort {cohort} borrows"
+        return (
+            f"fair sharing: TeamQuota {quota_name}'s weighted share would be {mine} with it; "
+            f"a borrower gives way only to stay at or above that ({', '.join(others)})"
+        )
 
 
 class FairTurns:

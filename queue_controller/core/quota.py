@@ -108,6 +108,10 @@ class QuotaLedger:
     def __contains__(self, name: str) -> bool:
         return name in self._quotas
 
+    def members(self, cohort: str) -> list[str]:
+        """The quotas of ``cohort``, by name."""
+        return sorted(name for name, quota in self._quotas.items() if quota.cohort == cohort)
+
     def quota(self, name: str) -> TeamQuota:
         return self._quotas[name]
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from queue_controller.api import v1alpha1
 from queue_controller.core.model import (
+    Cohort,
     Container,
     Node,
     NodeSelectorTerm,
@@ -151,7 +152,7 @@ def priority_class(obj: Obj) -> PriorityClass:
     )
 
 
-_Model = TypeVar("_Model", v1alpha1.TeamQuota, v1alpha1.Queue, v1alpha1.PodGroup)
+_Model = TypeVar("_Model", v1alpha1.TeamQuota, v1alpha1.Cohort, v1alpha1.Queue, v1alpha1.PodGroup)
 
 
 def _validated(model: type[_Model], obj: Obj) -> _Model:
@@ -188,7 +189,13 @@ def team_quota(obj: Obj) -> TeamQuota:
             borrow_within_cohort=preemption.borrowWithinCohort.policy,
             borrow_max_priority=preemption.borrowWithinCohort.maxPriorityThreshold,
         ),
+        fair_weight=parse_milli(model.spec.fairSharing.weight),
     )
+
+
+def cohort(obj: Obj) -> Cohort:
+    model = _validated(v1alpha1.Cohort, obj)
+    return Cohort(name=model.metadata.name, fair_sharing=model.spec.fairSharing.enabled)
 
 
 def queue(obj: Obj) -> Queue:

@@ -16,6 +16,7 @@ from queue_controller.core.nodes import HOSTNAME_LABEL
 
 __all__ = [
     "ADMISSION_GATE",
+    "COHORT",
     "CORE",
     "EVENT",
     "HOSTNAME_LABEL",
@@ -65,11 +66,12 @@ EVENT = Resource("v1", "Event", "events", True)
 JOB = Resource("batch/v1", "Job", "jobs", True)
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
 TEAM_QUOTA = Resource(v1alpha1.API_VERSION, "TeamQuota", "teamquotas", False)
+COHORT = Resource(v1alpha1.API_VERSION, "Cohort", "cohorts", False)
 QUEUE = Resource(v1alpha1.API_VERSION, "Queue", "queues", True)
 POD_GROUP = Resource(v1alpha1.API_VERSION, "PodGroup", "podgroups", True)
 
 # What every cycle reads, whatever workload kinds are registered (they add their own).
-CORE = (NODE, POD, PRIORITY_CLASS, TEAM_QUOTA, QUEUE, POD_GROUP)
+CORE = (NODE, POD, PRIORITY_CLASS, TEAM_QUOTA, COHORT, QUEUE, POD_GROUP)
 
 # Labels and names that several modules spell: one home for each (the hostname
 # label's is the core's, which matches nodes on it).

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from queue_controller.core.model import (
     BoundPod,
+    Cohort,
     GpuHealth,
     Node,
     PriorityClass,
@@ -89,6 +90,7 @@ class _Collected:
     pods: list[tuple[Located, MemberPod]] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     quotas: list[QuotaView] = field(default_factory=list)
+    cohorts: list[Cohort] = field(default_factory=list)
     queues: list[QueueView] = field(default_factory=list)
     groups: list[GroupView] = field(default_factory=list)
     heads: dict[str, list[Located]] = field(default_factory=lambda: defaultdict(list))
@@ -122,6 +124,8 @@ def _collect_one(item: Located, into: _Collected) -> None:
         into.quotas.append(
             QuotaView(objects.team_quota(obj), ref_of(TEAM_QUOTA, obj), _status(obj))
         )
+    elif kind == "Cohort":
+        into.cohorts.append(objects.cohort(obj))
     elif kind == "Queue":
         into.queues.append(QueueView(objects.queue(obj), ref_of(QUEUE, obj), _status(obj)))
     elif kind == "PodGroup":
@@ -194,6 +198,7 @@ def translate(items: Iterable[Located], *, now: float, skip: Skip | None = None)
         quotas=tuple(q.model for q in collected.quotas),
         priority_classes=tuple(collected.priority_classes),
         now=now,
+        cohorts=tuple(collected.cohorts),
     )
     return Translation(
         snapshot,

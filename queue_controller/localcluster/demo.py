@@ -72,7 +72,7 @@ class Demo:
     def _install(self) -> None:
         kubectl = self.cluster.kubectl
         kubectl("apply", "-f", str(self.root / "crds"))
-        for plural in ("teamquotas", "queues", "podgroups"):
+        for plural in ("teamquotas", "cohorts", "queues", "podgroups"):
             kubectl(
                 "wait",
                 "--for=condition=Established",
@@ -86,9 +86,9 @@ class Demo:
         }
         kubectl("apply", "-f", "-", stdin=json.dumps(lease_namespace))
         examples = self.root / "examples"
-        for name in ("namespaces.yaml", "teamquotas.yaml", "queues.yaml"):
+        for name in ("namespaces.yaml", "teamquotas.yaml", "cohorts.yaml", "queues.yaml"):
             kubectl("apply", "-f", str(examples / name))
-        self.report("CRDs, namespaces, TeamQuotas and Queues installed")
+        self.report("CRDs, namespaces, TeamQuotas, the Cohort and Queues installed")
 
     def _start_controller(self) -> None:
         layout = self.cluster.layout

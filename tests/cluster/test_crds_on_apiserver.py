@@ -18,7 +18,12 @@ from tests.unit.test_crds import CEL_ONLY, INVALID, VALID
 
 pytestmark = pytest.mark.cluster
 GROUP, VERSION = "queue-controller.io", "v1alpha1"
-PLURALS = {"TeamQuota": "teamquotas", "Queue": "queues", "PodGroup": "podgroups"}
+PLURALS = {
+    "TeamQuota": "teamquotas",
+    "Cohort": "cohorts",
+    "Queue": "queues",
+    "PodGroup": "podgroups",
+}
 
 
 def submit(cluster: Cluster, namespace: str, original: dict[str, Any]) -> ApiException | None:
@@ -30,7 +35,7 @@ def submit(cluster: Cluster, namespace: str, original: dict[str, Any]) -> ApiExc
     group, version = obj["apiVersion"].split("/")
     name = f"{obj['metadata']['name']}-{secrets.token_hex(3)}"
     obj["metadata"] = {**obj["metadata"], "name": name}
-    scoped = kind != "TeamQuota"
+    scoped = kind not in ("TeamQuota", "Cohort")
     if scoped:
         obj["metadata"]["namespace"] = namespace
     try:

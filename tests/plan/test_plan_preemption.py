@@ -3,7 +3,9 @@ on one node, where the gang fits, not the newest gangs wherever they are."""
 
 from __future__ import annotations
 
-from tests.plan.harness import dump, invoke, plan_json
+import json
+
+from tests.plan.harness import DUMPS, dump, invoke, plan_json
 
 
 def test_the_trap_preempts_the_two_gangs_on_one_node() -> None:
@@ -21,3 +23,40 @@ def test_the_table_says_whom_it_evicts() -> None:
     assert "Preempt" in result.stdout
     assert "borrower/b4" in result.stdout
     assert "1 preempt" in result.stdout
+
+
+def test_a_higher_priority_gang_preempts_the_newest_lower_one_of_its_team() -> None:
+    (decision,) = plan_json("preemption-within-team.yaml")
+    assert (decision["decision"], decision["reason"]) == ("Preempt", "WithinTeamQuota")
+    assert decision["victims"] == [
+        {"kind": "Job", "workload": "team/new", "reason": "WithinTeamQuota"}
+    ]
+    assert decision["placement"] == {"gpu-0": 1}
+
+
+def test_a_borrowing_gang_preempts_a_lower_priority_borrower() -> None:
+    (decision,) = plan_json("preemption-borrow.yaml")
+    assert (decision["decision"], decision["reason"]) == ("Preempt", "BorrowWithinCohort")
+    assert [v["workload"] for v in decision["victims"]] == ["b/b3"]
+    assert decision["placement"] == {"gpu-1": 1}
+
+
+def test_fair_sharing_takes_back_until_the_shares_would_cross() -> None:
+    b1, b2, b3 = plan_json("fair-sharing.yaml")
+    assert (b1["workload"], b1["decision"], b1["reason"]) == ("b/b1", "Preempt", "FairSharing")
+    assert [v["workload"] for v in b1["victims"]] == ["a/a4"]
+    assert (b2["decision"], b2["reason"]) == ("Preempt", "FairSharing")
+    assert [v["workload"] for v in b2["victims"]] == ["a/a3"]
+    assert (b3["decision"], b3["reason"]) == ("Pending", "QuotaExceeded")
+    assert "weighted share would be 750 with it" in b3["message"]
+    assert "(a 500)" in b3["message"]
+
+
+def test_without_the_cohort_object_nobody_is_preempted() -> None:
+    text = (DUMPS / "fair-sharing.yaml").read_text()
+    without = "---".join(part for part in text.split("---") if "kind: Cohort" not in part)
+    result = invoke("plan", "-f", "-", "--now", "2026-12-01T00:00:00Z", "-o", "json", stdin=without)
+    assert result.exit_code == 0, result.output
+    decisions = json.loads(result.stdout)["decisions"]
+    # b is not within its nominal (0), so only reclaim-by-share could have taken back.
+    assert [d["decision"] for d in decisions] == ["Pending", "Pending", "Pending"]

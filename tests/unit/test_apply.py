@@ -19,7 +19,7 @@ from queue_controller.controller.apply import Applier
 from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
-from queue_controller.core import CycleResult, Decision, Reason, Verdict
+from queue_controller.core import Cohort, CycleResult, Decision, Reason, Verdict
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import kinds
 from queue_controller.kube.gangs import WORKLOAD_KIND_LABEL
@@ -483,3 +483,45 @@ def owner_finalizers(calls: list[Call]) -> set[tuple[str, str, str]]:
                 resource = by_kind[(owner["apiVersion"], owner["kind"])]
                 needed.add((resource.group, f"{resource.plural}/finalizers", "update"))
     return needed
+
+
+FAIR_QUOTA: Obj = {
+    "apiVersion": "queue-controller.io/v1alpha1",
+    "kind": "TeamQuota",
+    "metadata": {"name": "team", "resourceVersion": "3"},
+    "spec": {
+        "cohort": "pool",
+        "resources": {"nvidia.com/gpu": {"nominal": 4}},
+        "fairSharing": {"weight": "1500m"},
+    },
+}
+COHORT: Obj = {
+    "apiVersion": "queue-controller.io/v1alpha1",
+    "kind": "Cohort",
+    "metadata": {"name": "pool", "resourceVersion": "4"},
+    "spec": {"fairSharing": {"enabled": True}},
+}
+
+
+def test_a_cohort_and_a_weight_are_read_once_into_the_snapshot() -> None:
+    c = cluster(FAIR_QUOTA, COHORT)
+    snapshot = seen(c.state, NOW).snapshot
+    assert snapshot.cohorts == (Cohort("pool", fair_sharing=True),)
+    (quota,) = snapshot.quotas
+    assert quota.fair_weight == 1500
+
+
+def test_the_weighted_share_is_written_and_leaves_when_fair_sharing_ends() -> None:
+    c = cluster(FAIR_QUOTA, COHORT)
+    usage = {"team": {"nvidia.com/gpu": 6000}}
+    c.apply(Planner(300).plan(seen(c.state, NOW), CycleResult((), usage, {"team": 333}), now=NOW))
+    assert c.held("TeamQuota", "team", namespace="")["status"]["fairSharing"] == {
+        "weightedShare": 333
+    }
+    c.watch("TeamQuota", "team", namespace="")
+    # Unchanged: nothing written.
+    assert (
+        Planner(300).plan(seen(c.state, NOW), CycleResult((), usage, {"team": 333}), now=NOW) == []
+    )
+    c.apply(Planner(300).plan(seen(c.state, NOW), CycleResult((), usage, {}), now=NOW))
+    assert "fairSharing" not in c.held("TeamQuota", "team", namespace="")["status"]

@@ -33,6 +33,8 @@ from queue_controller.api.v1alpha1 import (
     API_VERSION,
     GROUP,
     VERSION,
+    Cohort,
+    CohortSpec,
     PodGroup,
     PodGroupPhase,
     PodGroupSpec,
@@ -48,9 +50,21 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
 EXAMPLES_DIR = ROOT / "examples"
 
-MODELS: dict[str, type[BaseModel]] = {"TeamQuota": TeamQuota, "Queue": Queue, "PodGroup": PodGroup}
-PLURALS = {"TeamQuota": "teamquotas", "Queue": "queues", "PodGroup": "podgroups"}
+MODELS: dict[str, type[BaseModel]] = {
+    "TeamQuota": TeamQuota,
+    "Cohort": Cohort,
+    "Queue": Queue,
+    "PodGroup": PodGroup,
+}
+PLURALS = {
+    "TeamQuota": "teamquotas",
+    "Cohort": "cohorts",
+    "Queue": "queues",
+    "PodGroup": "podgroups",
+}
 KINDS = list(MODELS)
+# A Cohort only configures: the controller writes no status to it.
+WITH_STATUS = [kind for kind in KINDS if kind != "Cohort"]
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -254,8 +268,19 @@ EXPECTED = {
             "GPU Nominal": r".spec.resources.nvidia\.com/gpu.nominal",
             "GPU Used": r".status.used.nvidia\.com/gpu",
             "Borrowed": r".status.borrowed.nvidia\.com/gpu",
+            "Weighted Share": ".status.fairSharing.weightedShare",
             "Admitted": ".status.admittedGangs",
             "Pending": ".status.pendingGangs",
+            "Age": ".metadata.creationTimestamp",
+        },
+    ),
+    "Cohort": Expected(
+        scope="Cluster",
+        plural="cohorts",
+        singular="cohort",
+        short_names=("coh",),
+        columns={
+            "Fair Sharing": ".spec.fairSharing.enabled",
             "Age": ".metadata.creationTimestamp",
         },
     ),
@@ -313,7 +338,7 @@ def test_crd_names_group_version_and_scope(kind: str) -> None:
     version = served_version(kind)
     assert version["served"] is True
     assert version["storage"] is True
-    assert version["subresources"] == {"status": {}}
+    assert version.get("subresources") == ({"status": {}} if kind in WITH_STATUS else None)
 
 
 def test_short_names_are_unique_across_crds() -> None:
@@ -412,7 +437,7 @@ def test_structural_check_catches_a_typed_int_or_string_anyof() -> None:
     assert list(_structural_problems(bad, ".q")) != []
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", WITH_STATUS)
 def test_conditions_are_a_map_list_keyed_by_type(kind: str) -> None:
     conditions = schema_at(kind, ".status.conditions")
     assert conditions["type"] == "array"
@@ -501,6 +526,7 @@ def test_cel_field_check_catches_a_typo() -> None:
 
 SPEC_MODELS = [
     pytest.param("TeamQuota", TeamQuotaSpec, id="TeamQuotaSpec"),
+    pytest.param("Cohort", CohortSpec, id="CohortSpec"),
     pytest.param("Queue", QueueSpec, id="QueueSpec"),
     pytest.param("PodGroup", PodGroupSpec, id="PodGroupSpec"),
 ]
@@ -598,7 +624,7 @@ def test_enums_match_the_model() -> None:
 
 def test_examples_hold_every_kind() -> None:
     kinds = sorted(o["kind"] for o in ours(example_objects()))
-    assert kinds == ["PodGroup", "Queue", "Queue", "TeamQuota", "TeamQuota"]
+    assert kinds == ["Cohort", "PodGroup", "Queue", "Queue", "TeamQuota", "TeamQuota"]
 
 
 @pytest.mark.parametrize(
@@ -647,6 +673,11 @@ def test_examples_fit_together() -> None:
 
 
 # --- one corpus, two verdicts -------------------------------------------------------------------
+
+
+def cohort(spec: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    body = {"apiVersion": API_VERSION, "kind": "Cohort", "metadata": {"name": "gpu-pool"}}
+    return body | ({} if spec is None else {"spec": spec}) | extra
 
 
 def teamquota(spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -734,6 +765,14 @@ VALID = {
     "tq-preemption-borrow-never": teamquota(
         {"preemption": {"withinTeamQuota": "Never", "borrowWithinCohort": {"policy": "Never"}}}
     ),
+    "tq-fair-weight": teamquota({"cohort": "gpu-pool", "fairSharing": {"weight": 2}}),
+    "tq-fair-weight-quantity": teamquota({"fairSharing": {"weight": "1500m"}}),
+    "tq-fair-weight-zero": teamquota({"fairSharing": {"weight": 0}}),
+    "tq-fair-empty": teamquota({"fairSharing": {}}),
+    "coh-minimal": cohort(),
+    "coh-fair": cohort({"fairSharing": {"enabled": True}}),
+    "coh-fair-off": cohort({"fairSharing": {"enabled": False}}),
+    "coh-empty-fair": cohort({"fairSharing": {}}),
     "q-minimal": queue({"teamQuota": "research"}),
     "q-full": queue(
         {
@@ -823,6 +862,13 @@ INVALID = {
         }
     ),
     "tq-unknown-preemption-field": teamquota({"preemption": {"reclaim": "Any"}}),
+    "tq-fair-weight-negative": teamquota({"fairSharing": {"weight": -1}}),
+    "tq-fair-weight-negative-string": teamquota({"fairSharing": {"weight": "-1"}}),
+    "tq-fair-weight-float": teamquota({"fairSharing": {"weight": 1.5}}),
+    "tq-fair-unknown-field": teamquota({"fairSharing": {"enabled": True}}),
+    "coh-enabled-as-string": cohort({"fairSharing": {"enabled": "true"}}),
+    "coh-parent-name": cohort({"parentName": "org"}),
+    "coh-unknown-fair-field": cohort({"fairSharing": {"weight": 1}}),
 }
 
 
