@@ -88,10 +88,9 @@ class _Cycle(PreemptingCycle):
         self.sick_nodes = [n for n in snapshot.nodes if n.gpu_health is not None]
         # Preemption: what each admitted gang would give back, and the search over them.
         self.holders = self._holders(admitted)
-        self.holder_quota = {holder.key: holder.team_quota for holder in self.holders}
+        self.holder_quota = {key: holder.team_quota for key, holder in self.holders.items()}
         self.fair = FairShares(self.ledger, snapshot.cohorts)
         self.search = VictimSearch(self.ledger, self.placer)
-        self.evicted: set[str] = set()  # chosen as victims in this cycle
         # Pending gangs holding nominated room (their victims are still going): the
         # room is charged now, so that no gang before them takes it.
         known = {node.name for node in snapshot.nodes}
@@ -330,7 +329,8 @@ class _Cycle(PreemptingCycle):
                 # still idle of it is not lent again this cycle.
                 self.ledger.hold_idle_nominal(queue.team_quota, need)
             elif self.fair.applies(queue.team_quota):
-                message += "; " + self.fair.why_not_preempted(queue.team_quota, need)
+                why = self.fair.why_not_preempted(queue.team_quota, need)
+                message += f"; {why}" if why else ""
             return decision_for(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, message)
         placed, explanation = self._place(prepared, sets)
         if not placed:

@@ -77,7 +77,8 @@ class FairShares:
 
     def why_not_preempted(self, quota_name: str, need: Mapping[str, int]) -> str:
         """For a pending message: the shares that kept a gang from taking back borrowed
-        quota (weighted shares, as the TeamQuotas' status shows them)."""
+        quota (weighted shares, as the TeamQuotas' status shows them); empty when no
+        other quota borrows."""
         cohort = self.ledger.quota(quota_name).cohort
         others = [
             f"{other} {self.weighted_share(other)}"
@@ -86,7 +87,7 @@ class FairShares:
         ]
         mine = self.weighted_share(quota_name, need)
         if not others:
-            return f"fair sharing: no other TeamQuota of cohort {cohort} borrows"
+            return ""  # nobody to take back from: the quota message says it all
         return (
             f"fair sharing: TeamQuota {quota_name}'s weighted share would be {mine} with it; "
             f"a borrower gives way only to stay at or above that ({', '.join(others)})"

@@ -110,15 +110,14 @@ class PreemptingCycle:
     queues: dict[tuple[str, str], Queue]
     shapes: dict[str, tuple[SetShape, ...]]
     held: dict[str, Usage]
-    holders: list[Holder]
+    holders: dict[str, Holder]  # by key, in Holder.order; victims leave as they are chosen
     search: VictimSearch
-    evicted: set[str]  # chosen as victims in this cycle
     fair: FairShares
 
     def _place(self, prepared: Prepared, sets: tuple[SetShape, ...]) -> tuple[list[Placement], str]:
         raise NotImplementedError  # the cycle places, for admissions and for the search alike
 
-    def _holders(self, admitted: Iterable[Prepared]) -> list[Holder]:
+    def _holders(self, admitted: Iterable[Prepared]) -> dict[str, Holder]:
         out = []
         for p in admitted:
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
@@ -126,7 +125,7 @@ class PreemptingCycle:
                 continue
             held = self.held.get(p.workload.key, {})
             out.append(Holder(p, queue.team_quota, p.need(), held))
-        return sorted(out, key=lambda h: h.order)
+        return {holder.key: holder for holder in sorted(out, key=lambda h: h.order)}
 
     def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
         """Whether the gang would be admitted now (changing nothing)."""
@@ -151,9 +150,8 @@ class PreemptingCycle:
             team_quota=team,
             need=need,
             policy=policy,
-            holders=self.holders,
+            holders=self.holders.values(),
             ledger=self.ledger,
-            taken=self.evicted,
             fair=self.fair.applies(team),
         )
         victims = self._victims(prepared, team, need, chosen)
@@ -161,7 +159,9 @@ class PreemptingCycle:
             return None
         placed, _ = self._place(prepared, sets)  # fits, as the search found: committed
         self.ledger.reserve(team, need)
-        self.evicted.update(holder.key for holder, _ in victims)
+        for holder, _ in victims:
+            # Out of every later scan; a dict skips the hole in C, so scans stay short.
+            del self.holders[holder.key]
         reasons = [reason for _, reason in victims]
         reason = max(set(reasons), key=lambda r: (reasons.count(r), r.value))
         total: Counter[str] = Counter()
@@ -190,7 +190,11 @@ class PreemptingCycle:
         )
 
     def _victims(
-        self, prepared: Prepared, team: str, need: Resources, chosen: list[tuple[Holder, Reason]]
+        self,
+        prepared: Prepared,
+        team: str,
+        need: Resources,
+        chosen: Iterator[tuple[Holder, Reason]],
     ) -> list[tuple[Holder, Reason]] | None:
         """The search, and in a fair-sharing cohort the share rule on what it found.
 
@@ -209,10 +213,11 @@ class PreemptingCycle:
 
         if not self.fair.applies(team):
             return self.search.search(chosen, fits)
+        bounded = list(islice(chosen, LIMIT))  # read again on each try
         excluded: set[str] = set()
         while True:
             order = self._fair_order(
-                [c for c in chosen if c[0].team_quota not in excluded or not ruled(c, team)], team
+                [c for c in bounded if c[0].team_quota not in excluded or not ruled(c, team)], team
             )
             victims = self.search.search(order, fits)
             if victims is None:

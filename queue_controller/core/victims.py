@@ -10,7 +10,7 @@ GPUs first, then by key.  core/preemption.py searches among them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from queue_controller.core.decisions import Reason
@@ -57,75 +57,109 @@ def candidates(
     team_quota: str,
     need: Mapping[str, int],
     policy: Preemption,
-    holders: list[Holder],
+    holders: Iterable[Holder],
     ledger: QuotaLedger,
-    taken: set[str],
     fair: bool = False,
-) -> list[tuple[Holder, Reason]]:
+) -> Iterator[tuple[Holder, Reason]]:
     """The admitted gangs ``policy`` lets ``preemptor`` evict, in order of preference.
 
-    ``holders`` comes sorted by :attr:`Holder.order`; gangs of quotas that borrow go
-    first.  The scan stops once ``LIMIT`` of those are found, so a busy cluster's
-    thousands of admitted gangs are not all looked at for every preemption.
+    ``holders`` comes sorted by :attr:`Holder.order`, without the gangs already
+    chosen as victims; gangs of quotas that borrow go first.  The candidates are
+    produced lazily, so the search, which mostly needs a handful, reads only
+    those: a busy cluster's thousands of admitted gangs are not all looked at
+    for every preemption.  Whether a quota borrows, and whether the preemptor is
+    within its nominal, are judged once, now, before the search takes anything
+    out.
     """
     mine = ledger.quota(team_quota)
-    priority = preemptor.priority
-    created = preemptor.workload.created
-    within_nominal = ledger.within_nominal(team_quota, need)
-    borrowing: dict[str, bool] = {}
+    cohort = [name for name in ledger.members(mine.cohort) if name != team_quota]
+    borrowing = {
+        name: quota_borrows(ledger, name, need)
+        for name in (team_quota, *(cohort if mine.cohort else ()))
+    }
+    context = _Context(
+        team_quota=team_quota,
+        cohort=mine.cohort,
+        policy=policy,
+        priority=preemptor.priority,
+        created=preemptor.workload.created,
+        within_nominal=ledger.within_nominal(team_quota, need),
+        fair=fair,
+    )
+    return _in_order(holders, borrowing, context)
 
-    def borrows(team: str) -> bool:
-        found = borrowing.get(team)
-        if found is None:
-            found = borrowing[team] = quota_borrows(ledger, team, need)
-        return found
 
-    first: list[tuple[Holder, Reason]] = []
+@dataclass(frozen=True, slots=True)
+class _Context:
+    team_quota: str
+    cohort: str
+    policy: Preemption
+    priority: int
+    created: float
+    within_nominal: bool
+    fair: bool
+
+
+def _in_order(
+    holders: Iterable[Holder], borrowing: Mapping[str, bool], context: _Context
+) -> Iterator[tuple[Holder, Reason]]:
     rest: list[tuple[Holder, Reason]] = []
+    first = 0
     for holder in holders:
-        if holder.key in taken:
-            continue
-        other = holder.priority
-        reason: Reason | None = None
-        if holder.team_quota == team_quota:
-            within = policy.within_team_quota
-            if (within is WithinPolicy.LOWER_PRIORITY and other < priority) or (
-                within is WithinPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
-                and (other < priority or (other == priority and holder.created > created))
-            ):
-                reason = Reason.WITHIN_TEAM_QUOTA
-        elif mine.cohort and ledger.quota(holder.team_quota).cohort == mine.cohort:
-            if not borrows(holder.team_quota):
-                continue  # only what is lent can be taken back
-            reclaim = policy.reclaim_within_cohort
-            borrow = policy.borrow_within_cohort
-            threshold = policy.borrow_max_priority
-            reclaims = reclaim is ReclaimPolicy.ANY or (
-                reclaim is ReclaimPolicy.LOWER_PRIORITY and other < priority
-            )
-            below_threshold = (
-                borrow is BorrowPolicy.LOWER_PRIORITY
-                and other < priority
-                and (threshold is None or other <= threshold)
-            )
-            if fair:
-                # Kueue's fair sharing: reclaimWithinCohort decides whom, the shares
-                # decide when (PreemptingCycle._victims); a gang
-                # below borrowWithinCohort's threshold goes whatever the shares.
-                if below_threshold and not within_nominal:
-                    reason = Reason.BORROW_WITHIN_COHORT
-                elif reclaims:
-                    reason = Reason.RECLAIM_WITHIN_COHORT if within_nominal else Reason.FAIR_SHARING
-            elif within_nominal and reclaims:
-                reason = Reason.RECLAIM_WITHIN_COHORT
-            elif not within_nominal and below_threshold:
-                reason = Reason.BORROW_WITHIN_COHORT
+        reason = _reason(holder, borrowing, context)
         if reason is None:
             continue
-        (first if borrows(holder.team_quota) else rest).append((holder, reason))
-        if len(first) >= LIMIT:
-            break
-    return (first + rest)[:LIMIT]
+        if borrowing[holder.team_quota]:
+            yield holder, reason
+            first += 1
+            if first >= LIMIT:
+                break
+        else:
+            rest.append((holder, reason))
+    yield from rest
+
+
+def _reason(holder: Holder, borrowing: Mapping[str, bool], context: _Context) -> Reason | None:
+    """Why ``holder`` may be evicted, or None if it may not."""
+    other = holder.priority
+    priority = context.priority
+    policy = context.policy
+    if holder.team_quota == context.team_quota:
+        within = policy.within_team_quota
+        if (within is WithinPolicy.LOWER_PRIORITY and other < priority) or (
+            within is WithinPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
+            and (other < priority or (other == priority and holder.created > context.created))
+        ):
+            return Reason.WITHIN_TEAM_QUOTA
+        return None
+    if not borrowing.get(holder.team_quota, False):
+        return None  # another cohort's, or lending: only what is lent can be taken back
+    reclaim = policy.reclaim_within_cohort
+    borrow = policy.borrow_within_cohort
+    threshold = policy.borrow_max_priority
+    within_nominal = context.within_nominal
+    reclaims = reclaim is ReclaimPolicy.ANY or (
+        reclaim is ReclaimPolicy.LOWER_PRIORITY and other < priority
+    )
+    below_threshold = (
+        borrow is BorrowPolicy.LOWER_PRIORITY
+        and other < priority
+        and (threshold is None or other <= threshold)
+    )
+    if context.fair:
+        # Kueue's fair sharing: reclaimWithinCohort decides whom, the shares decide
+        # when (PreemptingCycle._victims); a gang below borrowWithinCohort's
+        # threshold goes whatever the shares.
+        if below_threshold and not within_nominal:
+            return Reason.BORROW_WITHIN_COHORT
+        if reclaims:
+            return Reason.RECLAIM_WITHIN_COHORT if within_nominal else Reason.FAIR_SHARING
+        return None
+    if within_nominal and reclaims:
+        return Reason.RECLAIM_WITHIN_COHORT
+    if not within_nominal and below_threshold:
+        return Reason.BORROW_WITHIN_COHORT
+    return None
 
 
 def ruled(candidate: tuple[Holder, Reason], team: str) -> bool:
