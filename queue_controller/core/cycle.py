@@ -29,12 +29,13 @@ from queue_controller.core.model import (
 )
 from queue_controller.core.nodes import may_select
 from queue_controller.core.ordering import PriorityTable, order_key
-from queue_controller.core.preemption import PreemptingCycle, VictimSearch
+from queue_controller.core.preemption import PreemptingCycle
 from queue_controller.core.prepared import Prepared, node_usage, prepare
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import Resources, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Placer, SetShape, shape_of
+from queue_controller.core.victims import Holder, VictimSearch
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Iterable[GangShape]], Placer]
 
@@ -89,6 +90,9 @@ class _Cycle(PreemptingCycle):
         # Preemption: what each admitted gang would give back, and the search over them.
         self.holders = self._holders(admitted)
         self.holder_quota = {key: holder.team_quota for key, holder in self.holders.items()}
+        self.by_quota: dict[str, dict[str, Holder]] = defaultdict(dict)
+        for key, holder in self.holders.items():
+            self.by_quota[holder.team_quota][key] = holder
         self.fair = FairShares(self.ledger, snapshot.cohorts)
         self.search = VictimSearch(self.ledger, self.placer)
         # Pending gangs holding nominated room (their victims are still going): the

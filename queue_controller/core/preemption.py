@@ -33,67 +33,19 @@ a real preemption evicts (Kueue evicts a handful of workloads per preemption).
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from fractions import Fraction
-from itertools import islice
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
 from queue_controller.core.explain import count_of
-from queue_controller.core.fairshare import INFINITE, FairShares
+from queue_controller.core.fairshare import FairShares
+from queue_controller.core.fairvictims import ShareRuledSearch
 from queue_controller.core.model import Queue
 from queue_controller.core.prepared import Prepared, Usage
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import Resources
 from queue_controller.core.shapes import Placement, Placer, SetShape
-from queue_controller.core.victims import LIMIT, Holder, candidates, ruled
-
-
-class VictimSearch:
-    """Takes victims out of the ledger and the placer while it looks, and puts back
-    whatever it does not choose."""
-
-    def __init__(self, ledger: QuotaLedger, placer: Placer) -> None:
-        self.ledger = ledger
-        self.placer = placer
-
-    def take_out(self, holder: Holder) -> None:
-        self.ledger.reserve(holder.team_quota, {r: -a for r, a in holder.need.items()})
-        for node, amounts in holder.held.items():
-            self.placer.adjust(node, amounts)
-
-    def put_back(self, holder: Holder) -> None:
-        self.ledger.reserve(holder.team_quota, holder.need)
-        for node, amounts in holder.held.items():
-            self.placer.adjust(node, {r: -a for r, a in amounts.items()})
-
-    def search(
-        self, candidates: Iterable[tuple[Holder, Reason]], fits: Callable[[], bool]
-    ) -> list[tuple[Holder, Reason]] | None:
-        """The victims after whose eviction ``fits()``, minimal; None if there are none.
-
-        ``candidates`` is read lazily, one at a time between take-outs, so an order
-        that depends on what is already taken out (fair sharing's) sees it.  On
-        success the victims stay taken out (the caller evicts them); on failure
-        everything is as it was.
-        """
-        taken: list[tuple[Holder, Reason]] = []
-        for candidate in islice(candidates, LIMIT):
-            self.take_out(candidate[0])
-            taken.append(candidate)
-            if fits():
-                break
-        else:
-            for holder, _ in reversed(taken):
-                self.put_back(holder)
-            return None
-        for candidate in reversed(list(taken)):
-            self.put_back(candidate[0])
-            if fits():
-                taken.remove(candidate)  # spared: the gang fits without evicting it
-            else:
-                self.take_out(candidate[0])
-        return taken
+from queue_controller.core.victims import Holder, VictimSearch, candidates
 
 
 class PreemptingCycle:
@@ -111,6 +63,7 @@ class PreemptingCycle:
     shapes: dict[str, tuple[SetShape, ...]]
     held: dict[str, Usage]
     holders: dict[str, Holder]  # by key, in Holder.order; victims leave as they are chosen
+    by_quota: dict[str, dict[str, Holder]]  # the same, quota by quota
     search: VictimSearch
     fair: FairShares
 
@@ -150,7 +103,6 @@ class PreemptingCycle:
             team_quota=team,
             need=need,
             policy=policy,
-            holders=self.holders.values(),
             ledger=self.ledger,
             fair=self.fair.applies(team),
         )
@@ -162,6 +114,7 @@ class PreemptingCycle:
         for holder, _ in victims:
             # Out of every later scan; a dict skips the hole in C, so scans stay short.
             del self.holders[holder.key]
+            del self.by_quota[holder.team_quota][holder.key]
         reasons = [reason for _, reason in victims]
         reason = max(set(reasons), key=lambda r: (reasons.count(r), r.value))
         total: Counter[str] = Counter()
@@ -194,71 +147,22 @@ class PreemptingCycle:
         prepared: Prepared,
         team: str,
         need: Resources,
-        chosen: Iterator[tuple[Holder, Reason]],
+        chosen: Callable[[Iterable[Holder]], Iterator[tuple[Holder, Reason]]],
     ) -> list[tuple[Holder, Reason]] | None:
-        """The search, and in a fair-sharing cohort the share rule on what it found.
-
-        A victim of another quota must leave its quota, without all the victims
-        taken from it, at or above the preemptor's share with the gang (Kueue's
-        ``LessThanOrEqualToFinalShare``, checked on the last victim of each quota,
-        the strictest).  The rule is checked on the minimal set rather than at
-        each greedy step, so that the greedy may overshoot to find room on one
-        node and the minimising pass still sheds what is not needed.  If the set
-        breaks it, the quotas that break it are left out and the search runs
-        again: at most once per quota in the cohort.
-        """
+        """The search over ``chosen`` (the candidates among some holders); in a
+        fair-sharing cohort, quota by quota under the share rule (core/fairvictims.py)."""
 
         def fits() -> bool:
             return self._fits(prepared, team, need)
 
         if not self.fair.applies(team):
-            return self.search.search(chosen, fits)
-        bounded = list(islice(chosen, LIMIT))  # read again on each try
-        excluded: set[str] = set()
-        while True:
-            order = self._fair_order(
-                [c for c in bounded if c[0].team_quota not in excluded or not ruled(c, team)], team
-            )
-            victims = self.search.search(order, fits)
-            if victims is None:
-                return None
-            mine = self.fair.share(team, need)
-            # A quota of weight 0 that would borrow has an infinite share: it takes
-            # what it borrows from nobody (two of them would take it in turns).
-            broken = {
-                holder.team_quota
-                for holder, reason in victims
-                if ruled((holder, reason), team)
-                and (mine >= INFINITE or self.fair.share(holder.team_quota) < mine)
-            }
-            if not broken:
-                return victims
-            for holder, _ in victims:
-                self.search.put_back(holder)
-            excluded |= broken
-
-    def _fair_order(
-        self, chosen: list[tuple[Holder, Reason]], team: str
-    ) -> Iterator[tuple[Holder, Reason]]:
-        """Victims in a fair-sharing cohort: the quota furthest above its share first.
-
-        Each quota's candidates keep their order (lower priority, newest, fewer
-        GPUs); at each step the next comes from the quota with the highest share
-        now, the victims taken so far already gone (the preemptor's own quota,
-        whose share is not what is at stake, by its share too).
-        """
-        groups: dict[str, deque[tuple[Holder, Reason]]] = {}
-        for candidate in chosen:
-            groups.setdefault(candidate[0].team_quota, deque()).append(candidate)
-
-        def rank(quota: str) -> tuple[Fraction, tuple[int, float, int, str]]:
-            return (-self.fair.share(quota), groups[quota][0][0].order)
-
-        while groups:
-            quota = min(groups, key=rank)
-            yield groups[quota].popleft()
-            if not groups[quota]:
-                del groups[quota]
+            return self.search.search(chosen(self.holders.values()), fits)
+        cohort = self.ledger.quota(team).cohort
+        streams = {
+            quota: chosen(self.by_quota.get(quota, {}).values())
+            for quota in self.ledger.members(cohort)
+        }
+        return ShareRuledSearch(self.search, self.fair).run(streams, team, need, fits)
 
     def _charge(self, prepared: Prepared, sign: int) -> None:
         """Take (+1) or give back (-1) the room a pending gang holds for itself."""

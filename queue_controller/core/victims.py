@@ -1,26 +1,34 @@
-"""Who may be evicted for a pending gang: the candidates its TeamQuota's policy allows.
+"""Who may be evicted for a pending gang, and the search among them.
+
+The candidates are those its TeamQuota's policy allows.
 
 Kueue's policies with Kueue's meanings (``withinTeamQuota``,
 ``reclaimWithinCohort``, ``borrowWithinCohort``; in a fair-sharing cohort,
 ``reclaimWithinCohort`` says whom and the shares say when), in order of
 preference: gangs of quotas that borrow before gangs within nominal, lower
 priority first, the most recently created first (the least work lost), fewer
-GPUs first, then by key.  core/preemption.py searches among them.
+GPUs first, then by key.  :class:`VictimSearch` finds the fewest among them
+that make the gang fit (see core/preemption.py for the whole story).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 from queue_controller.core.decisions import Reason
 from queue_controller.core.model import BorrowPolicy, Preemption, ReclaimPolicy, WithinPolicy
 from queue_controller.core.prepared import Prepared
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import is_extended
+from queue_controller.core.shapes import Placer
 
 # At most this many candidates are considered for one preemption (see core/preemption.py).
 LIMIT = 256
+
+# The candidates among some holders (sorted by Holder.order), lazily, best first.
+Chooser = Callable[[Iterable["Holder"]], Iterator[tuple["Holder", Reason]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,19 +65,18 @@ def candidates(
     team_quota: str,
     need: Mapping[str, int],
     policy: Preemption,
-    holders: Iterable[Holder],
     ledger: QuotaLedger,
     fair: bool = False,
-) -> Iterator[tuple[Holder, Reason]]:
-    """The admitted gangs ``policy`` lets ``preemptor`` evict, in order of preference.
+) -> Chooser:
+    """Which of some admitted gangs ``policy`` lets ``preemptor`` evict, in order of preference.
 
-    ``holders`` comes sorted by :attr:`Holder.order`, without the gangs already
-    chosen as victims; gangs of quotas that borrow go first.  The candidates are
-    produced lazily, so the search, which mostly needs a handful, reads only
-    those: a busy cluster's thousands of admitted gangs are not all looked at
-    for every preemption.  Whether a quota borrows, and whether the preemptor is
-    within its nominal, are judged once, now, before the search takes anything
-    out.
+    The chooser is given holders sorted by :attr:`Holder.order`, without the gangs
+    already chosen as victims; gangs of quotas that borrow go first.  The
+    candidates are produced lazily, so the search, which mostly needs a handful,
+    reads only those: a busy cluster's thousands of admitted gangs are not all
+    looked at for every preemption.  Whether a quota borrows, and whether the
+    preemptor is within its nominal, are judged once, now, before the search
+    takes anything out.
     """
     mine = ledger.quota(team_quota)
     cohort = [name for name in ledger.members(mine.cohort) if name != team_quota]
@@ -86,7 +93,7 @@ def candidates(
         within_nominal=ledger.within_nominal(team_quota, need),
         fair=fair,
     )
-    return _in_order(holders, borrowing, context)
+    return lambda holders: _in_order(holders, borrowing, context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,3 +184,50 @@ def quota_borrows(ledger: QuotaLedger, team_quota: str, need: Mapping[str, int])
         for resource, limits in quota.resources.items()
         if need.get(resource, 0) > 0
     )
+
+
+class VictimSearch:
+    """Takes victims out of the ledger and the placer while it looks, and puts back
+    whatever it does not choose."""
+
+    def __init__(self, ledger: QuotaLedger, placer: Placer) -> None:
+        self.ledger = ledger
+        self.placer = placer
+
+    def take_out(self, holder: Holder) -> None:
+        self.ledger.reserve(holder.team_quota, {r: -a for r, a in holder.need.items()})
+        for node, amounts in holder.held.items():
+            self.placer.adjust(node, amounts)
+
+    def put_back(self, holder: Holder) -> None:
+        self.ledger.reserve(holder.team_quota, holder.need)
+        for node, amounts in holder.held.items():
+            self.placer.adjust(node, {r: -a for r, a in amounts.items()})
+
+    def search(
+        self, candidates: Iterable[tuple[Holder, Reason]], fits: Callable[[], bool]
+    ) -> list[tuple[Holder, Reason]] | None:
+        """The victims after whose eviction ``fits()``, minimal; None if there are none.
+
+        ``candidates`` is read lazily, one at a time between take-outs, so an order
+        that depends on what is already taken out (fair sharing's) sees it.  On
+        success the victims stay taken out (the caller evicts them); on failure
+        everything is as it was.
+        """
+        taken: list[tuple[Holder, Reason]] = []
+        for candidate in islice(candidates, LIMIT):
+            self.take_out(candidate[0])
+            taken.append(candidate)
+            if fits():
+                break
+        else:
+            for holder, _ in reversed(taken):
+                self.put_back(holder)
+            return None
+        for candidate in reversed(list(taken)):
+            self.put_back(candidate[0])
+            if fits():
+                taken.remove(candidate)  # spared: the gang fits without evicting it
+            else:
+                self.take_out(candidate[0])
+        return taken
