@@ -3,6 +3,11 @@
 The borrower's gangs hold the lender's GPUs; the lender's gang, within its nominal,
 evicts exactly the gangs on the node it needs, holds the room while they go, binds
 there, and the borrower's gangs are requeued at once and come back when it is done.
+
+Within a TeamQuota, by priority: a high-priority gang evicts the newest low-priority
+gang whole and binds on the room it freed; and a controller restarted while a victim's
+member still terminates (a finalizer holds it) keeps the preemptor's nominated room
+from other gangs until the preemptor is bound there.
 """
 
 from __future__ import annotations
@@ -306,8 +311,13 @@ def test_a_restart_while_the_victims_terminate_keeps_the_nominated_room(
         controller.stop()
         controller.start()
         # A smaller gang, of another quota, that the room's node has the GPUs for right
-        # now (4 free beside the lingering member), does not take the room.
-        create(cluster, namespace, job("small", queue="other", gpus=4, pods=1, nodes=[room]))
+        # now (4 free beside the lingering member), does not take the room; nor does the
+        # victim, requeued.  (The small gang is tried before the victim, by priority.)
+        create(
+            cluster,
+            namespace,
+            job("small", queue="other", gpus=4, pods=1, nodes=[room], priorityClassName=high),
+        )
         eventually(
             lambda: (g := objects.phase("small", "Pending")) and g["status"].get("reason"),
             what="the small gang's reason",
@@ -318,6 +328,7 @@ def test_a_restart_while_the_victims_terminate_keeps_the_nominated_room(
         assert small["status"]["phase"] == "Pending"
         assert small["status"]["reason"] == "NoNodeFit"
         assert not pods_of(cluster, namespace, "small")
+        assert objects.phase("low", "Pending") is not None, "the victim does not take it back"
         still = objects.phase("high", "Pending")
         assert still is not None
         assert still["status"]["nominatedPlacement"] == nominated
