@@ -259,6 +259,8 @@ class PodGroupStatus(BaseModel):
     podSetPlacement: dict[str, dict[str, NonNegative]] = Field(default_factory=dict)
     # Room held while a preemption is under way: pod set -> node -> members.
     nominatedPlacement: dict[str, dict[str, NonNegative]] = Field(default_factory=dict)
+    # When the gang first took that room (its preemption's start): reclaim time counts from it.
+    nominatedAt: datetime | None = None
     running: NonNegative = 0
     requeueCount: NonNegative = 0
     requeueAt: datetime | None = None

@@ -85,6 +85,7 @@ class Applier(Writer):
             "placement": dict(action.placement),
             "podSetPlacement": {k: dict(v) for k, v in action.pod_set_placement.items()} or None,
             "nominatedPlacement": None,  # merge patch: the room held is the placement now
+            "nominatedAt": None,
             "admittedAt": iso(now),
             "running": 0,
             "reason": "Admitted",
@@ -113,6 +114,10 @@ class Applier(Writer):
         )
         self.metrics.admitted_gangs.labels(action.subject.queue).inc()
         self.metrics.admission_wait.observe(max(0.0, now - action.created))
+        nominated_at = current.status.nominatedAt
+        if nominated_at is not None:  # it preempted: its room is given back and taken
+            reclaim = self.metrics.reclaim.labels(action.subject.queue)
+            reclaim.observe(max(0.0, now - epoch_seconds(nominated_at)))
         for write in action.release:
             await self._write(write)
 
@@ -123,11 +128,16 @@ class Applier(Writer):
             return
         group, ref = found
         now = self.clock()
+        # The preemption began when the gang first took room; taking it again (its room
+        # was dropped and found afresh) does not restart the reclaim time.  Stored, so
+        # that a restarted controller still knows it.
+        held = group.status.nominatedAt if group.status.nominatedPlacement else None
         status: Obj = {
             "phase": "Pending",
             "reason": "Preempting",
             "message": action.message,
-            "nominatedPlacement": {k: dict(v) for k, v in action.nominated.items()},
+            "nominatedPlacement": _replacing(group.status.nominatedPlacement, action.nominated),
+            "nominatedAt": iso(epoch_seconds(held) if held is not None else now),
             "conditions": conditions_with(
                 group, now, ("Admitted", False, "Preempting", action.message)
             ),
@@ -372,3 +382,15 @@ class Applier(Writer):
         elif current.get("fairSharing") is not None:
             status["fairSharing"] = None  # fair sharing turned off: the figure goes
         await self._patch(action.quota, {"status": status}, status=True)
+
+
+def _replacing(
+    held: Mapping[str, Mapping[str, int]], wanted: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int | None] | None]:
+    """A merge patch from ``held`` to ``wanted`` room: a merge patch merges maps, so the
+    pod sets and nodes of a room taken earlier that the new one lacks need explicit nulls."""
+    out: dict[str, dict[str, int | None] | None] = dict.fromkeys(held)
+    for pod_set, nodes in wanted.items():
+        gone: dict[str, int | None] = dict.fromkeys(held.get(pod_set, {}))
+        out[pod_set] = gone | dict(nodes)
+    return out

@@ -24,6 +24,7 @@ from queue_controller.controller.lifecycle import HOLDING, Planner
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
+from queue_controller.controller.summaries import nominated_room
 from queue_controller.core import CycleResult, Verdict, schedule
 from queue_controller.core.gpuhealth import unhealthy_indices
 from queue_controller.errors import InputError
@@ -43,6 +44,7 @@ class Plan:
     unhealthy_gpus: dict[str, int]  # node -> GPUs its health report takes out
     flagged: Counter[tuple[str, str]]  # (queue, Idle | GPUUnhealthy) -> gangs
     nominal: dict[tuple[str, str], int]  # (TeamQuota, resource) -> nominal, milli-units
+    nominated: dict[tuple[str, str], float]  # (queue, resource) -> held for preemptors
 
 
 class SchedulingLoop:
@@ -147,7 +149,8 @@ class SchedulingLoop:
             for quota in seen.snapshot.quotas
             for resource, limits in quota.resources.items()
         }
-        return Plan(result, actions, partial, skipped, unhealthy, flagged, nominal)
+        nominated = nominated_room(seen, result)
+        return Plan(result, actions, partial, skipped, unhealthy, flagged, nominal, nominated)
 
     def _budgeted(self, actions: list[act.Action]) -> list[act.Action]:
         """Pending-reason writes beyond the budget wait for a later cycle; reason changes first."""
@@ -177,3 +180,4 @@ class SchedulingLoop:
         }
         self.metrics.set_quota(used, nominal)
         self.metrics.set_gpu_signals(plan.unhealthy_gpus, plan.flagged)
+        self.metrics.set_nominated(plan.nominated)

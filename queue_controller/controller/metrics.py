@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 _PARTIAL_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+_RECLAIM_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
 _CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -40,6 +41,22 @@ class Metrics:
             "Gangs evicted to make room for another, by the queue of the evicted gang and "
             "the preemption's reason (ReclaimWithinCohort, BorrowWithinCohort, WithinTeamQuota).",
             ["queue", "reason"],
+            registry=r,
+        )
+        self.reclaim = Histogram(
+            p + "reclaim_seconds",
+            "For a gang that preempted: from its preemption (when it took its nominated room) "
+            "to its admission there, by its queue.",
+            ["queue"],
+            buckets=_RECLAIM_BUCKETS,
+            registry=r,
+        )
+        self.nominated = Gauge(
+            p + "nominated_accelerators",
+            "Accelerators (nvidia.com/gpu, MIG slices: extended resources) held in the "
+            "nominatedPlacement of gangs waiting for their preempted gangs to go, by queue "
+            "and resource.",
+            ["queue", "resource"],
             registry=r,
         )
         self.admission_wait = Histogram(
@@ -106,6 +123,12 @@ class Metrics:
             self.quota_used.labels(quota, resource).set(value)
         for (quota, resource), value in nominal.items():
             self.quota_nominal.labels(quota, resource).set(value)
+
+    def set_nominated(self, held: Mapping[tuple[str, str], float]) -> None:
+        """Replace the nominated-room gauge: a queue whose room became a placement drops out."""
+        self.nominated.clear()
+        for (queue, resource), amount in held.items():
+            self.nominated.labels(queue, resource).set(amount)
 
     def set_gpu_signals(
         self, unhealthy: Mapping[str, int], flagged: Mapping[tuple[str, str], int]

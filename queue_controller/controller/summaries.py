@@ -2,7 +2,7 @@
 the weighted share where fair sharing is on.
 
 Derived each cycle from the gang views and the core's quota usage, and written
-only where it changed.
+only where it changed.  Also the room held by preemptions, for its gauge.
 """
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ from collections.abc import Mapping
 from queue_controller.api.v1alpha1 import PodGroupPhase
 from queue_controller.controller import actions as act
 from queue_controller.core.cycle import CycleResult
+from queue_controller.core.decisions import Reason, Verdict
 from queue_controller.core.model import ResourceQuota
 from queue_controller.core.quantity import format_milli
+from queue_controller.core.requests import InvalidSpecError, pod_request
+from queue_controller.core.resources import ONE, is_extended
 from queue_controller.kube.snapshot import Translation
 
 
@@ -77,3 +80,38 @@ def quota_figures(
         if over > 0:
             borrowed[resource] = format_milli(over, resource)
     return used, borrowed
+
+
+def nominated_room(seen: Translation, result: CycleResult) -> dict[tuple[str, str], float]:
+    """Accelerators held as nominated room after this cycle: (queue, resource) -> amount.
+
+    A gang that preempts in this cycle holds the room its decision names; one still
+    waiting for the gangs it preempted to go holds what its PodGroup records.  A gang
+    admitted onto its room holds a placement instead, and is not counted.
+    """
+    gangs = {gang.key: gang for gang in seen.gangs}
+    held: Counter[tuple[str, str]] = Counter()  # milli-units
+    for decision in result.decisions:
+        gang = gangs.get(decision.key)
+        if gang is None:
+            continue
+        if decision.verdict is Verdict.PREEMPT:
+            room = decision.nominated
+        elif decision.reason is Reason.PREEMPTING:
+            room = gang.workload.nominated
+        else:
+            continue
+        pod_sets = {pod_set.name: pod_set for pod_set in gang.workload.pod_sets}
+        for name, nodes in room.items():
+            pod_set = pod_sets.get(name)
+            if pod_set is None:
+                continue
+            try:
+                request = pod_request(pod_set.template)
+            except InvalidSpecError:  # the core said why; a gang it cannot read holds nothing
+                continue
+            members = sum(nodes.values())
+            for resource, amount in request.items():
+                if is_extended(resource) and amount:
+                    held[(gang.queue_key, resource)] += amount * members
+    return {key: milli / ONE for key, milli in sorted(held.items())}
