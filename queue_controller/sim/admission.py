@@ -171,7 +171,7 @@ class Admission:
     def cycle(self, pending: Mapping[str, JobState], *, now: float) -> tuple[Decision, ...]:
         """Run the core over the admitted gangs and the pending ones worth deciding."""
         self._worth = {}
-        self._preempts: dict[tuple[object, ...], bool] = {}
+        self._preempts = {}
         eligible = [
             job
             for job in pending.values()
