@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 # queue_controller.sim.engine.POLICIES, spelled out so that --help and argument errors do
 # not import the engine (a test holds the two equal).
 POLICIES = ("gang-fit", "quota-only", "per-pod")
+# queue_controller.sim.engine.PREEMPTION_MODES, likewise.
+PREEMPTION_MODES = ("as-configured", "off", "on", "compare")
 DEFAULT_OUT = "simulation-report"
 # The journal's writer drops its oldest entries once 10,000 wait: let it catch up well before.
 _FLUSH_EVERY = 2000
@@ -235,6 +237,17 @@ def _progress(policies: Sequence[str]) -> Iterator[Callable[[str, float], None] 
     help="A policy to run; repeat for several. Default: all three.",
 )
 @click.option(
+    "--preemption",
+    type=click.Choice(PREEMPTION_MODES),
+    default="as-configured",
+    show_default=True,
+    help="Preemption in gang-fit and quota-only. as-configured: as each TeamQuota's "
+    "spec.preemption says (the bundled ones set none); off: never; on: for every TeamQuota "
+    "(reclaimWithinCohort: Any, withinTeamQuota: LowerPriority where it sets none); compare: "
+    "each run without it and again as <policy>+preemption. Victims keep their GPUs for the "
+    "policy's terminationGracePeriodSeconds (30 s) and restart from scratch.",
+)
+@click.option(
     "--node-failures-per-hour",
     type=click.FloatRange(min=0),
     metavar="RATE",
@@ -283,6 +296,7 @@ def simulate(
     max_gang_gpus: int,
     policy_name: str,
     compare: tuple[str, ...],
+    preemption: str,
     node_failures_per_hour: float | None,
     node_repair_minutes: float | None,
     bind_failure_probability: float | None,
@@ -304,8 +318,10 @@ def simulate(
       per-pod     the default kube-scheduler: no gang admission at all
 
     Prints GPU allocation, wasted and stranded GPU hours, queue delays,
-    evictions, deadlocks and team shares side by side, beside the fluid upper
-    bound, and writes report.json, report.md and plots to --out.
+    evictions, preemptions and the GPU hours they lost, how long lenders wait
+    for their nominal quota back, deadlocks and team shares side by side,
+    beside the fluid upper bound, and writes report.json, report.md and plots
+    to --out. --preemption compare adds each admitting policy with preemption.
 
     Without --cluster, --queues and --trace it runs the bundled scenario (a
     generated workload of --jobs gangs, with mild faults). Fault options put
@@ -321,6 +337,15 @@ def simulate(
     bundled_preset = policy_path.resolve().parent == bundled_policies_dir().resolve()
     policy_file = f"policies/{policy_path.name}" if bundled_preset else str(policy_path)
     chosen = [name for name in POLICIES if name in compare] if compare else list(POLICIES)
+    runs = [
+        variant
+        for name in chosen
+        for variant in (
+            (name, f"{name}+preemption")
+            if preemption == "compare" and name != "per-pod"
+            else (name,)
+        )
+    ]
     faults = _faults(
         bundled,
         {
@@ -360,7 +385,7 @@ def simulate(
             journal.flush(_FLUSH_TIMEOUT)
 
     try:
-        with _progress(chosen) as progress:
+        with _progress(runs) as progress:
             report = run_simulation(
                 scenario,
                 policy=policy,
@@ -370,6 +395,7 @@ def simulate(
                 record=None if journal is None else record,
                 progress=progress,
                 policy_file=policy_file,
+                preemption=preemption,
             )
     finally:
         if journal is not None:
@@ -402,7 +428,8 @@ def _source(run_id: str, given: str) -> str:
     """``simulation:<run id>:<policy>``: the engine names the policy (its source ends in
     ``:<policy>``); the run id is this command's."""
     policy = given.rsplit(":", 1)[-1]
-    return f"simulation:{run_id}:{policy}" if policy in POLICIES else f"simulation:{run_id}"
+    known = policy.split("+", 1)[0] in POLICIES  # gang-fit+preemption too
+    return f"simulation:{run_id}:{policy}" if known else f"simulation:{run_id}"
 
 
 def _print_table(table: Table) -> None:

@@ -16,13 +16,21 @@ gangs whose answer cannot have changed:
   StrictFIFO queues (where the head decides for the rest) go to the next
   cycle.  The rest would be refused again.  ``exhaustive`` turns this off, and
   a test holds both ways to identical results.
+
+Preemption changes both.  A gang the core may choose as a victim must be shown
+as itself, with the pods it holds named as its own (``JobState.alone``), so the
+settled gangs of a team that some TeamQuota with preemption may preempt from
+are not merged.  And a gang whose TeamQuota may preempt can be admitted
+whenever something is admitted that it may evict, not only when room comes
+back: such gangs are always shown, uncapped.  Teams that neither preempt nor
+can be preempted keep both savings.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from queue_controller.core import (
     Decision,
@@ -31,11 +39,13 @@ from queue_controller.core import (
     PodTemplate,
     Queue,
     Snapshot,
+    Verdict,
     Workload,
     WorkloadPhase,
     one_pod_set,
     schedule,
 )
+from queue_controller.core.model import BorrowPolicy, ReclaimPolicy, WithinPolicy
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import scale
 from queue_controller.core.shapes import Placement
@@ -102,18 +112,30 @@ class Admission:
         }
         self._ledger: QuotaLedger | None = None
         self._worth: dict[tuple[object, ...], bool] = {}
+        self.preempting_teams, self.victim_teams = preemption_teams(scenario)
+        self.on_usage: Callable[[str], None] | None = None  # a team's charge changed
+        self.lowest: dict[str, int] = {}  # team -> the lowest priority of its gangs so far
+        self._preempts: dict[tuple[object, ...], bool] = {}
 
     # -- bookkeeping, told by the run --------------------------------------------
 
+    def ledger(self) -> QuotaLedger:
+        """The core's quota ledger over what is admitted now (kept until the next cycle)."""
+        if self._ledger is None:
+            self._ledger = QuotaLedger(self.scenario.quotas, self.quota_usage)
+        return self._ledger
+
     def admitted(self, job: JobState) -> None:
         self._charge(job, +1)
-        if job.placement:
+        if job.placement or job.alone:
             self.unsettled[job.key] = job
         else:
             self.settle(job, +1)
 
     def settle(self, job: JobState, sign: int) -> None:
         """Move an admitted gang into (+1) or out of (-1) the merged, settled ones."""
+        if job.alone:
+            return  # a possible victim: shown as itself to the end
         key = (job.spec.namespace, job.spec.queue, job.shape)
         pods, _ = self.settled.get(key, (0, job.template))
         self.settled[key] = (pods + sign * job.pods, job.template)
@@ -135,41 +157,100 @@ class Admission:
         self.quota_back.update((cohort, resource) for resource in job.request)
 
     def _charge(self, job: JobState, sign: int) -> None:
+        self._ledger = None
         if not job.team:
             return
         usage = self.quota_usage[job.team]
         for resource, amount in job.request.items():
             usage[resource] = usage.get(resource, 0) + sign * amount * job.pods
+        if self.on_usage is not None:
+            self.on_usage(job.team)
 
     # -- the cycle ------------------------------------------------------------------
 
     def cycle(self, pending: Mapping[str, JobState], *, now: float) -> tuple[Decision, ...]:
         """Run the core over the admitted gangs and the pending ones worth deciding."""
-        self._ledger = None
         self._worth = {}
-        candidates = [
+        self._preempts = {}
+        eligible = [
             job
             for job in pending.values()
-            if job.phase is Phase.PENDING
-            and (job.requeue_at is None or job.requeue_at <= now)
-            and self._worth_deciding(job)
+            if job.phase is Phase.PENDING and (job.requeue_at is None or job.requeue_at <= now)
+        ]
+        candidates = [
+            job for job in eligible if self._may_preempt(job) or self._worth_deciding(job)
         ]
         self.freed_nodes, self.quota_back, self.fresh = set(), set(), {}
         if not self.exhaustive:
             candidates = self._within_quota(candidates)
         if not candidates:
             return ()
+        decisions = self._schedule(candidates, now)
+        if len(candidates) < len(eligible) and any(d.verdict is Verdict.PREEMPT for d in decisions):
+            # Its victims gave room back in the middle of the cycle, which any gang
+            # after the preemptor may take: the cycle is run again over them all.
+            decisions = self._schedule(eligible, now)
+        return decisions
+
+    def _schedule(self, candidates: list[JobState], now: float) -> tuple[Decision, ...]:
         usage = self.book.usage()
+        if self.victim_teams:
+            owned = (p for job in self.unsettled.values() if job.alone for p in job.core_pods())
+            usage += tuple(owned)
         snapshot = Snapshot(
             nodes=self.book.core_nodes(),
             pods=usage,
-            workloads=self._admitted_workloads() + tuple(j.core_workload() for j in candidates),
+            workloads=self._admitted_workloads(candidates)
+            + tuple(j.core_workload() for j in candidates),
             queues=self.queues,
             quotas=self.scenario.quotas,
             priority_classes=self.scenario.priority_classes,
             now=now,
         )
         return schedule(snapshot, placer=self.placer).decisions
+
+    def arrived(self, job: JobState) -> None:
+        if job.team:
+            priority = self.priority.get(job.key, 0)
+            self.lowest[job.team] = min(self.lowest.get(job.team, priority), priority)
+
+    def _may_preempt(self, job: JobState) -> bool:
+        """Whether the core might answer Preempt for ``job`` in this cycle.
+
+        Necessary conditions only, read before the cycle (until a preemption in it,
+        which runs the cycle again, a cycle's first pass makes no quota borrow):
+        reclaiming, the gang fits its team's nominal and another member of the
+        cohort borrows what it needs; within its TeamQuota, the team has a gang of
+        lower priority (or, LowerOrNewerEqualPriority, as low); borrowing, always.
+        """
+        if job.team not in self.preempting_teams or not job.request:
+            return False
+        if job.nominated or self.exhaustive:
+            return True  # it holds room: the core charges it and admits it there
+        priority = self.priority.get(job.key, 0)
+        key = (job.team, job.shape, job.pods, priority)
+        found = self._preempts.get(key)
+        if found is None:
+            found = self._preempts[key] = self._could_preempt(job, priority)
+        return found
+
+    def _could_preempt(self, job: JobState, priority: int) -> bool:
+        ledger = self.ledger()
+        policy = ledger.quota(job.team).preemption
+        if policy.borrow_within_cohort is not BorrowPolicy.NEVER:
+            return True
+        within = policy.within_team_quota
+        lowest = self.lowest.get(job.team, priority)
+        if (within is WithinPolicy.LOWER_PRIORITY and lowest < priority) or (
+            within is WithinPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY and lowest <= priority
+        ):
+            return True
+        need = scale(job.request, job.pods)
+        return (
+            policy.reclaim_within_cohort is not ReclaimPolicy.NEVER
+            and ledger.within_nominal(job.team, need)
+            and any(ledger.borrowers(job.team, r) for r, amount in need.items() if amount > 0)
+        )
 
     def _within_quota(self, candidates: list[JobState]) -> list[JobState]:
         """At most as many gangs of one team and shape as its quota has room for now.
@@ -182,7 +263,11 @@ class Admission:
         groups: dict[tuple[object, ...], list[JobState]] = defaultdict(list)
         kept: list[JobState] = []
         for job in candidates:
-            if not job.team or (job.spec.namespace, job.spec.queue) in self.strict_queues:
+            if (
+                not job.team
+                or self._may_preempt(job)  # it may evict for room it lacks
+                or (job.spec.namespace, job.spec.queue) in self.strict_queues
+            ):
                 kept.append(job)
             else:
                 groups[(job.team, job.shape, job.pods)].append(job)
@@ -196,13 +281,12 @@ class Admission:
 
     def _room_for(self, job: JobState) -> int | None:
         """How many gangs like ``job`` its TeamQuota could still take (None: no limit)."""
-        if self._ledger is None:
-            self._ledger = QuotaLedger(self.scenario.quotas, self.quota_usage)
-        if job.team not in self._ledger:
+        ledger = self.ledger()
+        if job.team not in ledger:
             return None
         room: int | None = None
         for resource, amount in job.request.items():
-            available = self._ledger.available(job.team, resource)
+            available = ledger.available(job.team, resource)
             if available is None or amount <= 0:
                 continue
             fits = available // (amount * job.pods)
@@ -238,23 +322,84 @@ class Admission:
                 return False
             # Necessary: the quota has room for the whole gang before this cycle admits
             # anything (the core's own ledger, over what is admitted now).
-            if self._ledger is None:
-                self._ledger = QuotaLedger(self.scenario.quotas, self.quota_usage)
-            return self._ledger.shortfall(job.team, scale(job.request, job.pods)) is None
+            return self.ledger().shortfall(job.team, scale(job.request, job.pods)) is None
         return False  # the Queue or TeamQuota is missing: nothing in a run changes that
 
-    def _admitted_workloads(self) -> tuple[Workload, ...]:
-        out = [job.core_workload() for job in self.unsettled.values()]
-        for (namespace, queue, _), (pods, template) in self.settled.items():
-            if pods:
-                out.append(
-                    Workload(
-                        namespace=namespace,
-                        name=f"settled-{queue}-{len(out)}",
-                        queue=queue,
-                        pod_sets=one_pod_set(template, count=pods, path=JOB_TEMPLATE),
-                        kind="Job",
-                        phase=WorkloadPhase.ADMITTED,
+    def _admitted_workloads(self, candidates: list[JobState]) -> tuple[Workload, ...]:
+        shown = self._victims_now(candidates)
+        out: list[Workload] = []
+        # ``alone`` gangs that cannot be victims in this cycle merge like settled ones
+        # (their pods still come named, which changes nothing where no gang claims them).
+        merged: dict[tuple[str, str, tuple[object, ...]], tuple[int, PodTemplate]] = {}
+        for job in self.unsettled.values():
+            settled = job.bound_count == job.pods or not job.placement  # as settle() has it
+            if job.alone and settled and job.team not in shown:
+                key = (job.spec.namespace, job.spec.queue, job.shape)
+                pods, _ = merged.get(key, (0, job.template))
+                merged[key] = (pods + job.pods, job.template)
+                continue
+            out.append(job.core_workload())
+        for prefix, groups in (("settled", self.settled), ("merged", merged)):
+            for (namespace, queue, _), (pods, template) in groups.items():
+                if pods:
+                    out.append(
+                        Workload(
+                            namespace=namespace,
+                            name=f"{prefix}-{queue}-{len(out)}",
+                            queue=queue,
+                            pod_sets=one_pod_set(template, count=pods, path=JOB_TEMPLATE),
+                            kind="Job",
+                            phase=WorkloadPhase.ADMITTED,
+                        )
                     )
-                )
         return tuple(out)
+
+    def _victims_now(self, candidates: list[JobState]) -> frozenset[str]:
+        """The teams whose admitted gangs the core may choose as victims in this cycle.
+
+        None unless some gang may preempt.  Then: the teams of those gangs (within
+        their TeamQuota), and the teams borrowing now, the only ones a reclaim can
+        take from (a cycle's first pass makes no team borrow).  A borrowing
+        preemptor may take from teams that start borrowing during the cycle: with
+        borrowWithinCohort on anywhere, every team that may lose gangs is shown.
+        """
+        if not self.victim_teams:
+            return frozenset()
+        preemptors = [job for job in candidates if self._may_preempt(job)]
+        if not preemptors:
+            return frozenset()
+        ledger = self.ledger()
+        if any(
+            ledger.quota(team).preemption.borrow_within_cohort is not BorrowPolicy.NEVER
+            for team in self.preempting_teams
+        ):
+            return self.victim_teams
+        shown = {job.team for job in preemptors}
+        for team in self.victim_teams:
+            used = ledger.used(team)
+            limits = ledger.quota(team).resources
+            if any(used.get(r, 0) > quota.nominal for r, quota in limits.items()):
+                shown.add(team)
+        return frozenset(shown)
+
+
+def preemption_teams(scenario: Scenario) -> tuple[frozenset[str], frozenset[str]]:
+    """(TeamQuotas that may preempt, TeamQuotas whose gangs may be preempted).
+
+    A quota with preemption on may take from its own gangs (withinTeamQuota) and,
+    reclaiming or borrowing, from every quota of its cohort.
+    """
+    preempting = {q.name for q in scenario.quotas if q.preemption.enabled}
+    victims = set(preempting)
+    for quota in scenario.quotas:
+        policy = quota.preemption
+        if (
+            quota.name in preempting
+            and quota.cohort
+            and (
+                policy.reclaim_within_cohort is not ReclaimPolicy.NEVER
+                or policy.borrow_within_cohort is not BorrowPolicy.NEVER
+            )
+        ):
+            victims.update(q.name for q in scenario.quotas if q.cohort == quota.cohort)
+    return frozenset(preempting), frozenset(victims)

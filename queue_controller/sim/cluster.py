@@ -42,6 +42,9 @@ class NodeBook:
         self._snapshot_nodes: tuple[Node, ...] | None = None
         self._touched: set[str] = set(self.order)
         self._usage: dict[str, BoundPod] = {}
+        # Node -> what pods shown to the core as their gang's own take there
+        # (JobState.core_pods): left out of the anonymous usage, or counted twice.
+        self.owned: dict[str, dict[str, int]] = {}
 
     def fits(self, name: str, request: Mapping[str, int]) -> bool:
         free = self.free[name]
@@ -61,6 +64,14 @@ class NodeBook:
         for r, amount in request.items():
             free[r] = free.get(r, 0) + amount
         self.freed.add(name)
+        self._touched.add(name)
+
+    def own(self, name: str, request: Mapping[str, int], times: int) -> None:
+        """``times`` pods of ``request`` on ``name`` become (or, negative, stop being)
+        shown to the core as their gang's own."""
+        owned = self.owned.setdefault(name, {})
+        for r, amount in request.items():
+            owned[r] = owned.get(r, 0) + amount * times
         self._touched.add(name)
 
     def clear(self, name: str) -> None:
@@ -96,6 +107,9 @@ class NodeBook:
         for name in self._touched:
             allocatable = self.allocatable[name]
             used = {r: allocatable.get(r, 0) - amount for r, amount in self.free[name].items()}
+            owned = self.owned.get(name)
+            if owned:
+                used = {r: amount - owned.get(r, 0) for r, amount in used.items()}
             if any(used.values()):
                 self._usage[name] = BoundPod(
                     namespace="", name=f"usage-{name}", node_name=name, request=used

@@ -19,6 +19,11 @@ The policies differ only in how gangs get onto nodes:
 Eviction of a gang still partly placed at its timeout, its release, and its
 requeue with backoff and a limit follow the controller, through the core's
 :mod:`~queue_controller.core.requeue`.
+
+Preemption (:mod:`.preempting`) is the TeamQuotas' ``preemption`` policy, as
+configured, or switched off or on for every quota (``on`` gives each quota
+without a policy Kueue's usual one), or both side by side: ``compare`` runs
+each admitting policy without it and again as ``<policy>+preemption``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 
+from queue_controller.core import Preemption, ReclaimPolicy, WithinPolicy
 from queue_controller.sim.faults import FaultPlan
 from queue_controller.sim.fluid import fluid_bound, saturated_allocation
 from queue_controller.sim.gpus import capacity
@@ -36,6 +42,46 @@ from queue_controller.sim.run import PolicyRun, Progress, Record
 from queue_controller.sim.scenario import Faults, Scenario
 
 POLICIES = ("gang-fit", "quota-only", "per-pod")
+ADMITTING = ("gang-fit", "quota-only")  # the policies that run the core, quotas and all
+PREEMPTION_MODES = ("as-configured", "off", "on", "compare")
+WITH_PREEMPTION = "+preemption"
+# What `--preemption on` gives a TeamQuota that sets no preemption policy: Kueue's
+# common choice, so that a lender takes its nominal back from any borrower, and a
+# gang may evict its own team's lower-priority gangs.
+KUEUE_LIKE = Preemption(
+    reclaim_within_cohort=ReclaimPolicy.ANY, within_team_quota=WithinPolicy.LOWER_PRIORITY
+)
+
+
+def with_preemption(scenario: Scenario, on: bool) -> Scenario:
+    """``scenario`` with preemption off for every TeamQuota, or on (a quota's own policy
+    kept, :data:`KUEUE_LIKE` where it sets none)."""
+    quotas = tuple(
+        replace(
+            quota,
+            preemption=(quota.preemption if quota.preemption.enabled else KUEUE_LIKE)
+            if on
+            else Preemption(),
+        )
+        for quota in scenario.quotas
+    )
+    return replace(scenario, quotas=quotas)
+
+
+def runs(scenario: Scenario, compare: Sequence[str], preemption: str) -> list[tuple[str, Scenario]]:
+    """(run name, the scenario it runs) for each policy in ``compare``, in that order."""
+    if preemption not in PREEMPTION_MODES:
+        raise ValueError(f"unknown preemption mode {preemption!r}; choose from {PREEMPTION_MODES}")
+    out: list[tuple[str, Scenario]] = []
+    for name in compare:
+        if preemption == "compare" and name in ADMITTING:
+            out.append((name, with_preemption(scenario, False)))
+            out.append((name + WITH_PREEMPTION, with_preemption(scenario, True)))
+        elif preemption in ("on", "off"):
+            out.append((name, with_preemption(scenario, preemption == "on")))
+        else:
+            out.append((name, scenario))
+    return out
 
 
 def simulate(
@@ -50,6 +96,7 @@ def simulate(
     policy_file: str = "",
     run_id: str = "sim",
     exhaustive: bool = False,
+    preemption: str = "as-configured",
 ) -> SimulationReport:
     """Replay ``scenario`` under each policy in ``compare`` and measure them side by side."""
     unknown = [name for name in compare if name not in POLICIES]
@@ -59,11 +106,11 @@ def simulate(
     total = sum(capacity(node) for node in scenario.nodes)
     bound = fluid_bound(scenario)
     results: dict[str, PolicyResult] = {}
-    for name in compare:
+    for name, variant in runs(scenario, compare, preemption):
         started = time.perf_counter()
         run = PolicyRun(
             name,
-            scenario,
+            variant,
             policy=policy,
             plan=plan,
             record=record,
@@ -87,4 +134,6 @@ def simulate(
         faults={key: float(value) for key, value in asdict(faults).items()},
         policies=results,
         upper_bound=bound,
+        preemption=preemption,
+        grace_period_seconds=policy.termination_grace_period_seconds,
     )

@@ -18,18 +18,19 @@ class Kind(Enum):
 
     NODE_UP = 0
     FINISH = 1
-    FOREIGN_END = 2
-    NODE_DOWN = 3
-    TIMEOUT = 4
-    ARRIVE = 5
-    DUE = 6
-    BIND = 7
-    START = 8
-    ENQUEUE = 9
-    FOREIGN_START = 10
-    DEADLOCK_CHECK = 11
-    TICK = 12
-    SAMPLE = 13
+    GRACE_END = 2  # a preempted gang's pods are gone: their capacity is back
+    FOREIGN_END = 3
+    NODE_DOWN = 4
+    TIMEOUT = 5
+    ARRIVE = 6
+    DUE = 7
+    BIND = 8
+    START = 9
+    ENQUEUE = 10
+    FOREIGN_START = 11
+    DEADLOCK_CHECK = 12
+    TICK = 13
+    SAMPLE = 14
 
 
 # (at, kind, seq, data): a plain tuple, because a heap of them is compared

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from queue_controller.sim.events import EPOCH
 from queue_controller.sim.measure import HOUR, Meters, entitlements
-from queue_controller.sim.results import PolicyResult
+from queue_controller.sim.results import Percentiles, PolicyResult, Preemptions, ShareSeries
 from queue_controller.sim.runstate import JobState
 from queue_controller.sim.scenario import Scenario
 
@@ -55,6 +55,9 @@ def policy_result(
     deadlocked: int,
     cycles: int,
     wall_seconds: float,
+    preemption: Preemptions,
+    reclaim: dict[str, Percentiles],
+    shares: dict[str, ShareSeries],
 ) -> PolicyResult:
     # The run ends with its last change: a gang finishing or giving up.  Stale
     # retries, empty ticks and samples after it do not stretch it.
@@ -78,4 +81,7 @@ def policy_result(
         wall_seconds=round(wall_seconds, 2),
         series=meters.series(),
         waits=tuple(meters.waits),
+        preemption=preemption,
+        reclaim_seconds=reclaim,
+        shares=shares,
     )

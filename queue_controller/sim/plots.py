@@ -23,12 +23,19 @@ if TYPE_CHECKING:
 ALLOCATION_PNG = "allocation.png"
 PENDING_PNG = "pending.png"
 WAIT_CDF_PNG = "wait-cdf.png"
-PLOTS = (ALLOCATION_PNG, PENDING_PNG, WAIT_CDF_PNG)
+TEAM_SHARE_PNG = "team-share.png"
+PLOTS = (ALLOCATION_PNG, PENDING_PNG, WAIT_CDF_PNG, TEAM_SHARE_PNG)
 
 MAX_POINTS = 2000  # per line
 _WIDTH_IN, _HEIGHT_IN, _DPI = 10.0, 5.0, 100  # 1000 x 500 pixels
 # One colour per policy in every plot; the upper bound is black and dashed.
-COLOURS = {"gang-fit": "tab:blue", "quota-only": "tab:orange", "per-pod": "tab:green"}
+COLOURS = {
+    "gang-fit": "tab:blue",
+    "quota-only": "tab:orange",
+    "per-pod": "tab:green",
+    "gang-fit+preemption": "tab:purple",
+    "quota-only+preemption": "tab:red",
+}
 _MIN_WAIT_MINUTES = 1.0 / 60.0  # a log axis cannot show 0: shorter waits sit at 1 s
 
 
@@ -62,7 +69,7 @@ def downsample(
 
 
 def write_plots(report: SimulationReport, out_dir: Path) -> list[Path]:
-    """Write the three PNGs into ``out_dir`` (which must exist); return their paths."""
+    """Write the PNGs into ``out_dir`` (which must exist); return their paths."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -71,6 +78,7 @@ def write_plots(report: SimulationReport, out_dir: Path) -> list[Path]:
         (ALLOCATION_PNG, _allocation),
         (PENDING_PNG, _pending),
         (WAIT_CDF_PNG, _wait_cdf),
+        (TEAM_SHARE_PNG, _team_share),
     ):
         figure = Figure(figsize=(_WIDTH_IN, _HEIGHT_IN), dpi=_DPI)
         FigureCanvasAgg(figure)
@@ -207,3 +215,31 @@ def _wait_cdf(figure: Figure, report: SimulationReport) -> None:
             axes.set_xticks([])
             _empty(axes, "no gangs")
     grid[0][0].set_ylabel("fraction of gangs")
+
+
+def _team_share(figure: Figure, report: SimulationReport) -> None:
+    """One subplot per cohort member: its weighted share over time, per policy run."""
+    teams = sorted({team for r in report.policies.values() for team in r.shares})
+    if not teams:
+        _empty(figure.add_subplot(), "no cohort in this scenario")
+        return
+    grid = figure.subplots(1, len(teams), sharey=True, squeeze=False)
+    figure.suptitle("Each team's share of its cohort (borrowed over lendable, over its weight)")
+    figure.subplots_adjust(top=0.84, wspace=0.1)
+    for column, team in enumerate(teams):
+        axes = grid[0][column]
+        weight = None
+        for name, result in report.policies.items():
+            share = result.shares.get(team)
+            if share is None:
+                continue
+            weight = share.weight
+            times, values = downsample(share.times, share.values)
+            axes.step(_hours(times), values, where="post", label=name, color=COLOURS.get(name))
+        axes.set_title(team if weight is None else f"{team} (weight {weight:g})")
+        axes.set_xlabel("simulated time (hours)")
+        axes.grid(alpha=0.3)
+        if column == 0 and axes.get_legend_handles_labels()[0]:
+            axes.legend(loc="upper right", fontsize="small")
+    grid[0][0].set_ylabel("share")
+    grid[0][0].set_ylim(bottom=0)

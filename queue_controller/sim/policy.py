@@ -80,6 +80,12 @@ class Policy(_Strict):
     start_delay_seconds: Window = Field(Window(min=5, max=60), alias="startDelaySeconds")
     # A per-pod gang with no progress for this long counts as deadlocked.
     deadlock_seconds: float = Field(3600.0, alias="deadlockSeconds", gt=0)
+    # How long a preempted gang's pods take to terminate, holding their GPUs meanwhile
+    # (the pod's terminationGracePeriodSeconds; Kubernetes's default is 30 s).  Only
+    # runs with preemption on (`simulate --preemption`) evict anything for it.
+    termination_grace_period_seconds: float = Field(
+        30.0, alias="terminationGracePeriodSeconds", ge=0
+    )
 
     def applied_to(self, queue: Queue) -> Queue:
         """The Queue as this policy runs it: what the policy names wins, the rest stays."""

@@ -15,17 +15,23 @@ from pathlib import Path
 from rich.table import Table
 
 from queue_controller.errors import InputError
+from queue_controller.sim.markdown import NONE as _NONE
+from queue_controller.sim.markdown import count as _count
+from queue_controller.sim.markdown import duration, gpu_hours, percent
+from queue_controller.sim.markdown import md as _md
+from queue_controller.sim.markdown import md_table as _md_table
 from queue_controller.sim.results import (
     SIZE_CLASSES,
     Percentiles,
     PolicyResult,
     SimulationReport,
 )
+from queue_controller.sim.sharingreport import preemption_line as _preemption
+from queue_controller.sim.sharingreport import sharing_section as _sharing
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 UPPER_BOUND = "upper bound"
-_NONE = "—"
 
 
 # -- report.json ---------------------------------------------------------------------
@@ -77,6 +83,16 @@ def policy_json(result: PolicyResult) -> dict[str, object]:
             }
             for team, share in sorted(result.team_share.items())
         },
+        "preemption": {
+            "preemptions": result.preemption.victims,
+            "preempting_gangs": result.preemption.preemptors,
+            "lost_gpu_hours": _amount(result.preemption.lost_gpu_hours),
+        },
+        "reclaim_seconds": {team: _percentiles(p) for team, p in result.reclaim_seconds.items()},
+        "cohort_share": {
+            team: {"weight": share.weight, "mean": share.mean, "peak": share.peak}
+            for team, share in result.shares.items()
+        },
         "cycles": result.cycles,
         "simulated_seconds": _amount(result.simulated_seconds),
         "wall_seconds": _amount(result.wall_seconds),
@@ -95,6 +111,8 @@ def report_json(report: SimulationReport) -> dict[str, object]:
         "jobs": report.jobs,
         "sources": dict(report.sources),
         "faults": dict(report.faults),
+        "preemption": report.preemption,
+        "terminationGracePeriodSeconds": report.grace_period_seconds,
         "policies": {name: policy_json(result) for name, result in report.policies.items()},
         "upper_bound": None
         if bound is None
@@ -106,30 +124,12 @@ def report_json(report: SimulationReport) -> dict[str, object]:
     }
 
 
-# -- human units ---------------------------------------------------------------------
+def _reclaim(which: str) -> Callable[[PolicyResult], str]:
+    def cell(result: PolicyResult) -> str:
+        p = result.reclaim_seconds.get("all")
+        return duration(None if p is None else getattr(p, which))
 
-
-def percent(value: float | None) -> str:
-    return _NONE if value is None else f"{value * 100:.1f}%"
-
-
-def duration(seconds: float | None) -> str:
-    """``35 s``, ``12.5 min``, ``3.2 h``."""
-    if seconds is None:
-        return _NONE
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def gpu_hours(hours: float) -> str:
-    return f"{hours:,.1f} GPU-h"
-
-
-def _count(value: int) -> str:
-    return f"{value:,}"
+    return cell
 
 
 def _delay(which: str) -> Callable[[PolicyResult], str]:
@@ -170,6 +170,10 @@ _ROWS: tuple[_Row, ...] = (
     ("Jobs started", lambda r: _count(r.jobs_started), None),
     ("Jobs completed", lambda r: _count(r.jobs_completed), None),
     ("Evictions", lambda r: _count(sum(r.evictions.values())), None),
+    ("Preemptions", lambda r: _count(r.preemption.victims), None),
+    ("GPU hours lost to preemption", lambda r: gpu_hours(r.preemption.lost_gpu_hours), None),
+    ("Reclaim time p50", _reclaim("p50"), None),
+    ("Reclaim time p95", _reclaim("p95"), None),
     ("Deactivated gangs", lambda r: _count(r.deactivated_gangs), None),
     ("Deadlocked gangs", lambda r: _count(r.deadlocked_gangs), None),
     ("Admission cycles", lambda r: _count(r.cycles), None),
@@ -207,17 +211,6 @@ def summary_table(report: SimulationReport) -> Table:
 # -- report.md -----------------------------------------------------------------------
 
 
-def _md(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(header: list[str], rows: list[list[str]], *, numeric_from: int = 1) -> list[str]:
-    align = [":--" if i < numeric_from else "--:" for i in range(len(header))]
-    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
-    return lines
-
-
 def _faults(faults: dict[str, float]) -> str:
     # Rates and probabilities switch a fault on; durations only shape one that is on.
     if not any(value for key, value in faults.items() if not key.endswith("_seconds")):
@@ -243,6 +236,20 @@ _HOW_TO_READ = """\
   pending pod's shape could use it (free GPUs scattered over nodes too thinly).
 - **Queue delay**: from a gang's arrival until its whole gang runs, for gangs that ran;
   p50 / p95 / p99.
+- **Preemptions**: gangs evicted to make room for another (reason `Preempted`), with
+  preemption on. A victim is evicted whole; its pods keep their GPUs for the grace period
+  (`terminationGracePeriodSeconds` of the policy); it is requeued at once and restarts
+  from scratch. **GPU hours lost to preemption**: the GPU time the victims' evicted runs
+  had held, from each member's binding until its pod was gone: work thrown away.
+- **Reclaim time**: how long a lender waits for its nominal quota back. A pending gang is
+  blocked when, at an admission cycle, it fits within what is left of its team's own
+  nominal quota and the quota still refuses it, because the rest of the cohort is using
+  that nominal. The time runs from the first cycle that finds it so until the cycle that
+  admits it; p50 / p95 over every such wait (not measured for `per-pod`: no quotas).
+- **Cohort share**: a team's use beyond its nominal quota over what the whole cohort can
+  lend, for each resource; the largest of these (its dominant share), divided by the
+  team's weight (1 for every team: TeamQuota has no weight yet). 0 while it stays within
+  its nominal. Mean over time and peak; `team-share.png` draws it over time.
 - **Deadlocked gangs**: per-pod gangs that made no progress for `deadlockSeconds` of the
   policy while partly placed: members wait forever for room held by other partial gangs.
 - **Upper bound**: the fluid bound, min(demand, capacity) per GPU kind at every moment,
@@ -250,7 +257,8 @@ _HOW_TO_READ = """\
 - **Policies**: `gang-fit` admits a gang only when every member fits on a real node at
   once and the team quota has room (this controller); `quota-only` admits on aggregate
   quota, then places pods one by one (Kueue-like); `per-pod` has no gang admission at
-  all (the default kube-scheduler).
+  all (the default kube-scheduler). `<policy>+preemption` is the same policy with
+  preemption on for every TeamQuota (`--preemption compare`).
 """
 
 
@@ -273,6 +281,7 @@ def report_markdown(report: SimulationReport) -> str:
                 ["Policy file", report.policy_file or "(none)"],
                 ["Inputs", sources or "(not recorded)"],
                 ["Faults", _faults(report.faults)],
+                ["Preemption", _preemption(report)],
                 ["Policies compared", ", ".join(report.policies) or "(none)"],
             ],
             numeric_from=2,
@@ -340,6 +349,7 @@ def report_markdown(report: SimulationReport) -> str:
         lines += _md_table(["Team", "Entitlement", *report.policies], rows)
     else:
         lines.append("No team quotas in this scenario.")
+    lines += ["", *_sharing(report)]
     lines += ["", "## How to read this", "", _HOW_TO_READ]
     return "\n".join(lines)
 
@@ -348,7 +358,7 @@ def report_markdown(report: SimulationReport) -> str:
 
 
 def write_report(report: SimulationReport, out_dir: Path) -> list[Path]:
-    """Create ``out_dir`` and write report.json, report.md and the three PNGs into it.
+    """Create ``out_dir`` and write report.json, report.md and the PNGs into it.
 
     Returns the paths written, in that order.  A folder that cannot be written is the
     user's mistake: :class:`~queue_controller.errors.InputError`.

@@ -44,6 +44,24 @@ class Series:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareSeries:
+    """A team's weighted share of its cohort over time (sim.sharing defines it)."""
+
+    weight: float
+    mean: float  # time-weighted over the run
+    peak: float
+    times: tuple[float, ...] = ()
+    values: tuple[float, ...] = ()  # a step function: each holds until the next time
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptions:
+    victims: int = 0  # gangs evicted by a preemption
+    preemptors: int = 0  # Preempt decisions: gangs that evicted others for room
+    lost_gpu_hours: float = 0.0  # GPU time the victims had held, thrown away (sim.preempting)
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyResult:
     policy: str  # gang-fit | quota-only | per-pod
     gpu_allocation: float
@@ -64,6 +82,11 @@ class PolicyResult:
     series: Series
     # (size class, seconds from arrival until the whole gang ran), for the CDF.
     waits: tuple[tuple[str, float], ...] = ()
+    preemption: Preemptions = Preemptions()
+    # Reclaim time (sim.sharing): "all" and each lender that waited; empty where not
+    # measured (per-pod has no quotas).
+    reclaim_seconds: dict[str, Percentiles] = field(default_factory=dict)
+    shares: dict[str, ShareSeries] = field(default_factory=dict)  # cohort members
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +111,5 @@ class SimulationReport:
     faults: dict[str, float]
     policies: dict[str, PolicyResult] = field(default_factory=dict)
     upper_bound: UpperBound | None = None
+    preemption: str = "as-configured"  # as-configured | off | on | compare
+    grace_period_seconds: float = 30.0  # of a preempted gang's pods

@@ -22,9 +22,11 @@ from queue_controller.sim.faults import FaultPlan, ForeignPod, uniform
 from queue_controller.sim.measure import Meters
 from queue_controller.sim.outcome import journal_entry, policy_result
 from queue_controller.sim.policy import DEFAULT_TIMEOUT_SECONDS, Policy
+from queue_controller.sim.preempting import Preempting
 from queue_controller.sim.results import PolicyResult, size_class
 from queue_controller.sim.runstate import JOB_TEMPLATE, JobState, Phase, prepare_jobs
 from queue_controller.sim.scenario import Scenario
+from queue_controller.sim.sharing import ReclaimClock, ShareMeter
 
 if TYPE_CHECKING:
     from queue_controller.journal import Entry
@@ -36,7 +38,7 @@ PODS_READY_TIMEOUT = "PodsReadyTimeout"
 GIVE_UP_SECONDS = 30 * 86400.0
 
 
-class PolicyRun(Binding):
+class PolicyRun(Binding, Preempting):
     def __init__(
         self,
         name: str,
@@ -50,7 +52,9 @@ class PolicyRun(Binding):
         exhaustive: bool = False,
     ) -> None:
         self.name = name
-        self.admits = name in ("gang-fit", "quota-only")
+        # "gang-fit+preemption" runs gang-fit (over quotas with preemption on).
+        self.kind = name.split("+", 1)[0]
+        self.admits = self.kind in ("gang-fit", "quota-only")
         self.scenario = scenario
         self.policy = policy
         self.plan = plan
@@ -78,10 +82,16 @@ class PolicyRun(Binding):
             queues=self.queues,
             book=self.book,
             scheduler=self.scheduler,
-            exact_placement=name == "gang-fit",
+            exact_placement=self.kind == "gang-fit",
             priority=self.priority,
             exhaustive=exhaustive,
         )
+        for job in self.jobs:
+            job.alone = self.admits and job.team in self.admission.victim_teams
+        self._preemption_init()
+        self.reclaim = ReclaimClock(scenario.quotas)
+        self.shares = ShareMeter(scenario.quotas)
+        self.admission.on_usage = self._usage_changed
         self.cycles = 0
         self.completed = 0
         self.deactivated = 0
@@ -110,6 +120,7 @@ class PolicyRun(Binding):
             Kind.ENQUEUE.value: self._enqueue,
             Kind.START.value: self._start,
             Kind.FINISH.value: self._finish,
+            Kind.GRACE_END.value: self._grace_end,
             Kind.TIMEOUT.value: self._timeout,
             Kind.DUE.value: self._due,
             Kind.NODE_DOWN.value: self._node_down,
@@ -158,6 +169,7 @@ class PolicyRun(Binding):
             job.error = job.error or f"{JOB_TEMPLATE}.{error.field}: {error.detail}"
         self.meters.pending += 1
         if self.admits:
+            self.admission.arrived(job)
             job.phase = Phase.PENDING
             self.pending[job.key] = job
             self.admission.fresh[job.key] = job
@@ -185,15 +197,21 @@ class PolicyRun(Binding):
 
     def _cycle(self) -> None:
         self.cycles += 1
+        self.reclaim.observe(self.pending.values(), self.admission.ledger(), self.now)
         decisions = self.admission.cycle(self.pending, now=self.now)
         for decision in decisions:
             job = self.pending[decision.workload]
             if decision.verdict is Verdict.ADMIT:
                 self._admit(job, decision)
+            elif decision.verdict is Verdict.PREEMPT:
+                self._preempt(job, decision)
             elif decision.verdict is Verdict.INVALID:
                 del self.pending[job.key]
                 self._invalid(job, decision.message)
             elif decision.reason.value != job.reason:
+                if job.nominated:  # the core tried it afresh: the room it held is gone
+                    job.nominated = {}
+                    job.changed()
                 job.reason = decision.reason.value
                 self._journal(job, "Pending", job.reason, decision.message)
 
@@ -204,10 +222,12 @@ class PolicyRun(Binding):
         job.admitted_at = self.now
         job.reason = ""
         job.placement = dict(decision.placement)
+        job.nominated = {}
         job.changed()
+        self.reclaim.admitted(job, self.now)
         self.admission.admitted(job)
         self._journal(job, "Admitted", "Admitted", decision.message, placement=job.placement)
-        if self.name == "gang-fit":
+        if self.kind == "gang-fit":
             pod = 0
             for node, count in sorted(job.placement.items()):
                 for _ in range(count):
@@ -236,6 +256,9 @@ class PolicyRun(Binding):
         if gpus is None:
             gpus = job.gpus_on[node] = self.scheduler.gpus_of(node, job.request)
         job.held_gpus += gpus
+        job.bind_weight[node] = job.bind_weight.get(node, 0.0) + gpus * self.now
+        if job.alone:
+            self.book.own(node, job.request, 1)
         self.meters.hold(gpus)
         self.on_node[node].add(job)
         job.last_progress = self.now
@@ -276,6 +299,9 @@ class PolicyRun(Binding):
             if not count:
                 continue
             job.bound_count -= count
+            job.bind_weight.pop(node, None)
+            if job.alone:
+                self.book.own(node, job.request, -count)
             for _ in range(count):
                 self.book.give(node, job.request)
             gpus = job.gpus_on[node] * count
@@ -355,7 +381,11 @@ class PolicyRun(Binding):
             else:
                 self._lose(job, node)
         self.foreign.node_failed(node)
+        self._terminating_lost(node)
         self.book.clear(node)
+
+    def _usage_changed(self, team: str) -> None:
+        self.shares.sample(team, self.admission.quota_usage[team], self.now)
 
     def _lose(self, job: JobState, node: str) -> None:
         """per-pod: the Job controller recreates the lost pods; the gang's run restarts."""
@@ -438,4 +468,7 @@ class PolicyRun(Binding):
             deadlocked=self.deadlocked,
             cycles=self.cycles,
             wall_seconds=wall_seconds,
+            preemption=self._preemption_result(),
+            reclaim=self.reclaim.result() if self.admits else {},
+            shares=self.shares.result(self.meters.times[-1]) if self.admits else {},
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from queue_controller.core import (
+    BoundPod,
     PodTemplate,
     Queue,
     TeamQuota,
@@ -56,7 +57,18 @@ class JobState:
     last_progress: float = 0.0
     deadlocked: bool = False
     reason: str = ""  # the last pending reason journalled
+    # Shown to the core as itself, its bound pods named, never merged with its like:
+    # its team's gangs may be preempted, and the core must see what each one holds.
+    alone: bool = False
+    # Pending: the room it holds while the gangs it preempted terminate (pod set ->
+    # node -> members), as the PodGroup's status.nominatedPlacement.
+    nominated: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Node -> the sum of (GPU-equivalents x bind time) of its bound pods there: the
+    # GPU time the attempt ran, should a preemption throw it away.
+    bind_weight: dict[str, float] = field(default_factory=dict)
+    blocked_since: float | None = None  # reclaim clock (sim.sharing.ReclaimClock)
     workload: Workload | None = None
+    pods_of_core: tuple[BoundPod, ...] | None = None
     key: str = ""  # "namespace/name", kept: it is looked up at every turn
 
     def __post_init__(self) -> None:
@@ -74,6 +86,28 @@ class JobState:
 
     def changed(self) -> None:
         self.workload = None
+        self.pods_of_core = None
+
+    def core_pods(self) -> tuple[BoundPod, ...]:
+        """An ``alone`` gang's bound pods, one summed pod per node, named as its own.
+
+        Only these gangs are shown pod by pod: the rest of what nodes hold comes to
+        the core as one anonymous pod per node (NodeBook.usage).
+        """
+        if self.pods_of_core is None:
+            key = f"Job/{self.spec.namespace}/{self.spec.name}"
+            self.pods_of_core = tuple(
+                BoundPod(
+                    namespace=self.spec.namespace,
+                    name=f"{self.spec.name}@{node}",
+                    node_name=node,
+                    request={r: a * count for r, a in self.request.items()},
+                    workload=key,
+                )
+                for node, count in sorted(self.bound.items())
+                if count
+            )
+        return self.pods_of_core
 
     def _build(self) -> Workload:
         admitted = self.phase is Phase.ADMITTED
@@ -84,6 +118,14 @@ class JobState:
             for node, count in self.placement.items()
             if count > self.bound.get(node, 0)
         }
+        if self.alone:
+            # Its bound members come as one summed pod per node (core_pods), which the
+            # core counts as one arrived member: the plan names that one plus those
+            # still to bind, so that the core finds exactly the unbound ones waiting.
+            waiting = {
+                node: count - self.bound.get(node, 0) + (1 if self.bound.get(node) else 0)
+                for node, count in self.placement.items()
+            }
         return Workload(
             namespace=self.spec.namespace,
             name=self.spec.name,
@@ -95,6 +137,7 @@ class JobState:
             requeue_at=self.requeue_at,
             requeue_count=self.requeue_count,
             placement=waiting if admitted else {},
+            nominated={} if admitted else self.nominated,
         )
 
 

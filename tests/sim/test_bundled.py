@@ -14,7 +14,11 @@ import dataclasses
 import pytest
 
 from queue_controller.sim.engine import simulate
-from queue_controller.sim.generate import DEFAULT_FAULTS, bundled_scenario, generate_workload
+from queue_controller.sim.generate import (
+    DEFAULT_FAULTS,
+    bundled_scenario,
+    generate_workload,
+)
 from queue_controller.sim.gpus import capacity
 from queue_controller.sim.policy import Policy, load, resolve
 from queue_controller.sim.report import report_json
@@ -97,6 +101,64 @@ def test_leaving_out_hopeless_gangs_changes_nothing() -> None:
             assert a.waits == b.waits
             assert a.evictions == b.evictions
             assert a.cycles == b.cycles
+
+
+def test_leaving_out_gangs_changes_nothing_with_preemption_either() -> None:
+    """With preemption on, the engine also merges admitted gangs that cannot be victims
+    in a cycle, and leaves out gangs that can neither preempt nor be admitted; a cycle
+    that preempts is run again over every pending gang.  Still the very same run."""
+    scenario = bundled_scenario(jobs=1500)  # teams lend and reclaim
+    runs = {
+        exhaustive: simulate(
+            scenario,
+            policy=Policy(name="d"),
+            faults=DEFAULT_FAULTS,
+            seed=5,
+            compare=("gang-fit",),
+            preemption="on",
+            exhaustive=exhaustive,
+        )
+        for exhaustive in (False, True)
+    }
+    for name in ("gang-fit",):
+        a, b = runs[False].policies[name], runs[True].policies[name]
+        assert a.preemption == b.preemption
+        assert a.series == b.series
+        assert a.waits == b.waits
+        assert a.evictions == b.evictions
+        assert a.reclaim_seconds == b.reclaim_seconds
+    assert runs[False].policies["gang-fit"].preemption.victims > 0
+
+
+def test_with_preemption_each_lender_gets_its_nominal_back() -> None:
+    """The issue's "Done when" for preemption, on the bundled cluster and teams (a
+    shorter workload than the default 5,000 gangs, for time): every lender that was
+    kept from its nominal gets it back within the grace period and a cycle or two,
+    where without preemption it waits for borrowers to finish."""
+    scenario = bundled_scenario(jobs=1500)
+    report = simulate(
+        scenario,
+        policy=load(resolve("default")),
+        faults=DEFAULT_FAULTS,
+        seed=7,
+        compare=("gang-fit",),
+        preemption="compare",
+    )
+    without, with_ = report.policies["gang-fit"], report.policies["gang-fit+preemption"]
+    assert without.preemption.victims == 0
+    assert with_.preemption.victims > 0
+    assert with_.preemption.lost_gpu_hours > 0
+    assert with_.jobs_completed == with_.jobs_submitted  # every blocked gang got its room
+    lenders = {team for team in with_.reclaim_seconds if team != "all"}
+    assert lenders == {q.name for q in scenario.quotas}
+    grace = report.grace_period_seconds
+    for team in lenders:
+        reclaimed = with_.reclaim_seconds[team]
+        assert reclaimed.p95 is not None
+        assert reclaimed.p95 <= grace + 2 * 10  # a cycle is 10 s
+        waited = without.reclaim_seconds[team]
+        assert waited.p95 is not None
+        assert waited.p95 > reclaimed.p95
 
 
 def test_the_generator_is_seeded() -> None:

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from queue_controller.cli import cli
-from queue_controller.cli.simulate import POLICIES, _progress
+from queue_controller.cli.simulate import POLICIES, PREEMPTION_MODES, _progress
 from queue_controller.journal import Entry, JournalEvent, read_history
 from queue_controller.sim.report import report_json
 from queue_controller.sim.scenario import Faults, Scenario
@@ -180,6 +180,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
         record: Callable[[Entry], None] | None = None,
         progress: Callable[[str, float], None] | None = None,
         policy_file: str = "",
+        preemption: str = "as-configured",
     ) -> Any:
         calls.simulate.append(
             {
@@ -191,6 +192,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
                 "record": record,
                 "progress": progress,
                 "policy_file": policy_file,
+                "preemption": preemption,
             }
         )
         for name in compare:
@@ -458,6 +460,19 @@ def test_progress_bars_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> No
 def test_policies_match_the_engine() -> None:
     engine = pytest.importorskip("queue_controller.sim.engine")
     assert engine.POLICIES == POLICIES
+    assert engine.PREEMPTION_MODES == PREEMPTION_MODES
+
+
+def test_preemption_is_passed_on_and_described(fake: Fake) -> None:
+    result = invoke("--preemption", "compare")
+    assert result.exit_code == 0, result.output
+    assert fake.simulate[-1]["preemption"] == "compare"
+    assert invoke("--jobs", "10").exit_code == 0
+    assert fake.simulate[-1]["preemption"] == "as-configured"
+    helped = invoke("--help")
+    assert "--preemption [as-configured|off|on|compare]" in helped.output
+    assert "terminationGracePeriodSeconds" in helped.output
+    assert invoke("--preemption", "maybe").exit_code == 2
 
 
 def test_a_small_bundled_run_end_to_end(tmp_path: Path) -> None:

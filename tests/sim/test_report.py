@@ -17,6 +17,7 @@ from rich.console import Console
 
 from queue_controller.sim.plots import MAX_POINTS, downsample
 from queue_controller.sim.report import (
+    comparison,
     report_json,
     report_markdown,
     summary_table,
@@ -26,14 +27,23 @@ from queue_controller.sim.results import (
     SIZE_CLASSES,
     Percentiles,
     PolicyResult,
+    Preemptions,
     Series,
+    ShareSeries,
     SimulationReport,
     TeamShare,
     UpperBound,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-FILES = ["report.json", "report.md", "allocation.png", "pending.png", "wait-cdf.png"]
+FILES = [
+    "report.json",
+    "report.md",
+    "allocation.png",
+    "pending.png",
+    "wait-cdf.png",
+    "team-share.png",
+]
 
 
 def _series(points: int = 6, *, level: float = 12.0, step: float = 600.0) -> Series:
@@ -78,6 +88,21 @@ def policy_result(
         wall_seconds=0.4567,
         series=_series(),
         waits=(("1", 10.0), ("1", 20.0), ("1", 0.0), ("2-8", 90.5), ("2-8", 7300.456)),
+        preemption=Preemptions(victims=3, preemptors=2, lost_gpu_hours=4.256)
+        if name == "gang-fit"
+        else Preemptions(),
+        reclaim_seconds={}
+        if name == "per-pod"
+        else {
+            "all": Percentiles(count=3, p50=30.0, p95=4000.0, p99=4000.0),
+            "vision": Percentiles(count=3, p50=30.0, p95=4000.0, p99=4000.0),
+        },
+        shares={}
+        if name == "per-pod"
+        else {
+            "nlp": ShareSeries(1.0, 0.12345, 0.5, (0.0, 600.0), (0.0, 0.5)),
+            "vision": ShareSeries(1.0, 0.0, 0.0, (0.0,), (0.0,)),
+        },
     )
 
 
@@ -126,6 +151,15 @@ GANG_FIT_JSON: dict[str, Any] = {
         "nlp": {"allocated_gpu_hours": 6.4, "share": 0.3877, "entitlement": 0.5},
         "vision": {"allocated_gpu_hours": 10.13, "share": 0.6123, "entitlement": 0.5},
     },
+    "preemption": {"preemptions": 3, "preempting_gangs": 2, "lost_gpu_hours": 4.26},
+    "reclaim_seconds": {
+        "all": {"count": 3, "p50": 30.0, "p95": 4000.0, "p99": 4000.0},
+        "vision": {"count": 3, "p50": 30.0, "p95": 4000.0, "p99": 4000.0},
+    },
+    "cohort_share": {
+        "nlp": {"weight": 1.0, "mean": 0.12345, "peak": 0.5},
+        "vision": {"weight": 1.0, "mean": 0.0, "peak": 0.0},
+    },
     "cycles": 360,
     "simulated_seconds": 3600.0,
     "wall_seconds": 0.46,
@@ -143,9 +177,15 @@ def test_report_json_is_exactly_the_issues_shape() -> None:
         "jobs",
         "sources",
         "faults",
+        "preemption",
+        "terminationGracePeriodSeconds",
         "policies",
         "upper_bound",
     ]
+    assert (payload["preemption"], payload["terminationGracePeriodSeconds"]) == (
+        "as-configured",
+        30.0,
+    )
     assert payload["scenario"] == "tiny"
     assert payload["seed"] == 7
     assert payload["policyFile"] == "policies/default.yaml"
@@ -241,7 +281,7 @@ def test_report_md_says_what_was_run_and_compares(tmp_path: Path) -> None:
         "| vision | 50.0% | 61.2% (10.1 GPU-h) | 61.2% (10.1 GPU-h) | 61.2% (10.1 GPU-h) |",
     ):
         assert row in md, row
-    for image in ("(allocation.png)", "(pending.png)", "(wait-cdf.png)"):
+    for image in ("(allocation.png)", "(pending.png)", "(wait-cdf.png)", "(team-share.png)"):
         assert f"]{image}" in md
     assert "## How to read this" in md
     for term in ("GPU allocation", "Wasted GPU hours", "Stranded", "Deadlocked", "Upper bound"):
@@ -382,3 +422,22 @@ def test_other_commands_do_not_import_matplotlib_or_the_engine() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_report_shows_preemption_reclaim_and_shares() -> None:
+    report = replace(sample_report(), preemption="compare", grace_period_seconds=45.0)
+    _header, rows = comparison(report)
+    by_label = {row[0]: row[1:] for row in rows}
+    assert by_label["Preemptions"][:3] == ["3", "0", "0"]
+    assert by_label["GPU hours lost to preemption"][0] == "4.3 GPU-h"
+    assert by_label["Reclaim time p50"][:3] == ["30 s", "30 s", "—"]
+    assert by_label["Reclaim time p95"][0] == "66.7 min"
+    text = report_markdown(report)
+    assert "<policy>+preemption" in text
+    assert "grace period 45 s" in text
+    assert "## Preemption, reclaim and cohort shares" in text
+    assert "| vision | 30 s / 66.7 min (3 gangs) | 30 s / 66.7 min (3 gangs) |" in text
+    assert "| nlp | 1 | 0.123 / 0.500 | 0.123 / 0.500 |" in text
+    assert "(team-share.png)" in text
+    assert "**Reclaim time**" in text
+    assert "**Cohort share**" in text

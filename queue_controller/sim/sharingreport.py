@@ -1,0 +1,63 @@
+"""The report's section on preemption, reclaim time and cohort shares."""
+
+from __future__ import annotations
+
+from queue_controller.sim.markdown import NONE, count, duration, md_table
+from queue_controller.sim.results import Percentiles, SimulationReport
+
+_MODES = {
+    "as-configured": "as each TeamQuota's spec.preemption says",
+    "off": "off for every TeamQuota",
+    "on": "on for every TeamQuota (reclaimWithinCohort: Any, withinTeamQuota: LowerPriority "
+    "where a quota sets none)",
+    "compare": "each admitting policy run without it, and again as <policy>+preemption with "
+    "it on for every TeamQuota (reclaimWithinCohort: Any, withinTeamQuota: LowerPriority)",
+}
+
+
+def preemption_line(report: SimulationReport) -> str:
+    mode = _MODES.get(report.preemption, report.preemption)
+    return f"{mode}; grace period {report.grace_period_seconds:g} s"
+
+
+def reclaim_cell(p: Percentiles | None) -> str:
+    if p is None:
+        return NONE
+    if p.count == 0:
+        return "never blocked"
+    return f"{duration(p.p50)} / {duration(p.p95)} ({count(p.count)} gangs)"
+
+
+def sharing_section(report: SimulationReport) -> list[str]:
+    """Reclaim time by lender, and each team's share of the cohort against its weight."""
+    measured = {name: r for name, r in report.policies.items() if r.reclaim_seconds}
+    lines = ["## Preemption, reclaim and cohort shares", ""]
+    if not measured:
+        return [*lines, "No policy with team quotas ran."]
+    teams = sorted({t for r in measured.values() for t in (*r.reclaim_seconds, *r.shares)})
+    lines += [
+        "Reclaim time p50 / p95 by lender: from the first admission cycle at which a gang that "
+        "fits within its team's nominal quota is refused because the cohort is using that "
+        "nominal, until it is admitted.",
+        "",
+        *md_table(
+            ["Lender", *measured],
+            [
+                [team, *(reclaim_cell(r.reclaim_seconds.get(team)) for r in measured.values())]
+                for team in ["all", *(t for t in teams if t != "all")]
+            ],
+        ),
+        "",
+        "Each team's share of the cohort (what it borrows over what the cohort can lend, "
+        "divided by its weight): mean over time / peak.",
+        "",
+    ]
+    rows = []
+    for team in (t for t in teams if t != "all"):
+        shares = [r.shares.get(team) for r in measured.values()]
+        weight = next((s.weight for s in shares if s is not None), None)
+        cells = [NONE if s is None else f"{s.mean:.3f} / {s.peak:.3f}" for s in shares]
+        rows.append([team, NONE if weight is None else f"{weight:g}", *cells])
+    lines += md_table(["Team", "Weight", *measured], rows)
+    lines += ["", "![Each team's cohort share over time](team-share.png)"]
+    return lines
