@@ -181,3 +181,4 @@ class SchedulingLoop:
         self.metrics.set_quota(used, nominal)
         self.metrics.set_gpu_signals(plan.unhealthy_gpus, plan.flagged)
         self.metrics.set_nominated(plan.nominated)
+        self.metrics.set_weighted_shares(plan.result.weighted_shares)

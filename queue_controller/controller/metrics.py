@@ -82,6 +82,13 @@ class Metrics:
         self.quota_nominal = Gauge(
             p + "quota_nominal", "TeamQuota nominal quota.", ["team_quota", "resource"], registry=r
         )
+        self.weighted_share = Gauge(
+            p + "team_quota_weighted_share",
+            "Fair sharing's weighted share of a TeamQuota whose Cohort enables it (x1000, "
+            "Kueue's weightedShare): what it borrows over what the cohort lends, by its weight.",
+            ["team_quota"],
+            registry=r,
+        )
         self.cycle_seconds = Histogram(
             p + "scheduling_cycle_seconds",
             "One admission cycle, snapshot to decisions.",
@@ -123,6 +130,12 @@ class Metrics:
             self.quota_used.labels(quota, resource).set(value)
         for (quota, resource), value in nominal.items():
             self.quota_nominal.labels(quota, resource).set(value)
+
+    def set_weighted_shares(self, shares: Mapping[str, int]) -> None:
+        """Replace the share gauge: a quota whose cohort stops fair sharing drops out."""
+        self.weighted_share.clear()
+        for quota, share in shares.items():
+            self.weighted_share.labels(quota).set(share)
 
     def set_nominated(self, held: Mapping[tuple[str, str], float]) -> None:
         """Replace the nominated-room gauge: a queue whose room became a placement drops out."""

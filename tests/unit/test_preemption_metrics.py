@@ -28,7 +28,7 @@ from queue_controller.controller.state import ClusterState
 from queue_controller.controller.summaries import nominated_room
 from queue_controller.core import CycleResult, Decision, Reason, Verdict
 from queue_controller.journal import Journal, JournalEvent, read_history
-from queue_controller.kube.resources import POD
+from queue_controller.kube.resources import COHORT, POD
 from tests.fakes.gateway import FakeGateway
 from tests.unit.test_apply import admit, cluster, preempt
 from tests.unit.test_lifecycle import NOW, QUEUE, group, iso, job, pod
@@ -263,3 +263,54 @@ def test_the_nominated_gauge_counts_accelerators_by_queue_and_resource() -> None
     )
     held = nominated_room(seen(state, NOW), CycleResult(decisions, {}))
     assert held == {("ns/q", GPU): 2.0, ("ns/q", "nvidia.com/mig-1g.10gb"): 4.0}
+
+
+def test_a_fair_sharing_quota_shows_its_weighted_share_as_a_gauge_and_in_its_status() -> None:
+    # team (nominal 0, weight 2) borrows the 2 GPUs of its running gang from the lender's
+    # 4: 2/4 = 0.5, by 2 = 0.25 -> 250.
+    team = {
+        **TEAM,
+        "spec": {
+            "cohort": "pool",
+            "resources": {GPU: {"nominal": 0}},
+            "fairSharing": {"weight": 2},
+        },
+    }
+    lender = {
+        "apiVersion": "queue-controller.io/v1alpha1",
+        "kind": "TeamQuota",
+        "metadata": {"name": "lender", "resourceVersion": "5"},
+        "spec": {"cohort": "pool", "resources": {GPU: {"nominal": 4}}},
+    }
+    cohort = {
+        "apiVersion": "queue-controller.io/v1alpha1",
+        "kind": "Cohort",
+        "metadata": {"name": "pool", "resourceVersion": "6"},
+        "spec": {"fairSharing": {"enabled": True}},
+    }
+    fake = FakeGateway(
+        QUEUE,
+        team,
+        lender,
+        cohort,
+        NODE,
+        priority_class("low", 10),
+        *gang("borrowing", "low", running_since=100),
+        clock=lambda: NOW,
+    )
+    controller = Controller(fake, lambda: NOW)
+    controller.cycle()
+    assert controller.sample("queue_controller_team_quota_weighted_share", team_quota="team") == 250
+    assert controller.sample("queue_controller_team_quota_weighted_share", team_quota="lender") == 0
+    held = fake.held("TeamQuota", "", "team")
+    assert held is not None
+    assert held["status"]["fairSharing"] == {"weightedShare": 250}
+    # Fair sharing switched off: the gauge and the status figure go.
+    fake.delete(COHORT, "", "pool")
+    controller.cycle()
+    assert (
+        controller.sample("queue_controller_team_quota_weighted_share", team_quota="team") is None
+    )
+    held = fake.held("TeamQuota", "", "team")
+    assert held is not None
+    assert "fairSharing" not in held["status"]
