@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
 import click
+
+from queue_controller.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -39,3 +42,20 @@ def journal_option(help: str) -> Callable[[F], F]:
         show_envvar=True,
         help=help,
     )
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_DURATION_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?[smhd])+")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: str, *, field: str) -> float:
+    """``90s``, ``5m``, ``1h30m``, ``2d`` in seconds; a bare number is seconds."""
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if not _DURATION_WHOLE.fullmatch(text):
+        raise InputError(f"{value!r} is not a duration such as 90s, 5m or 1h30m", field=field)
+    return sum(float(amount) * _SECONDS[unit] for amount, unit in _DURATION_PART.findall(text))

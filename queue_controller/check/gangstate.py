@@ -1,0 +1,69 @@
+"""What the objects themselves say about a gang, trusting the controller's status only
+where nothing else can tell (what it planned, and that it evicted).
+
+Whether a gang holds quota, which members run where, and since when it started
+are read from the Job and its Pods: a controller that wrote a wrong status
+cannot hide a gang that runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from queue_controller.core.ordering import PriorityTable
+from queue_controller.core.prepared import prepare
+from queue_controller.kube.fields import epoch_seconds, timestamp
+from queue_controller.kube.gangs import GangView
+from queue_controller.kube.views import MemberPod
+
+
+@dataclass(frozen=True, slots=True)
+class GangState:
+    view: GangView
+    # Holds quota by the objects: not finished, and released (a Job unsuspended) or
+    # with a member bound to a node.
+    holds: bool
+    running: tuple[MemberPod, ...]  # live members in phase Running on a node
+    live: tuple[MemberPod, ...]  # members neither terminated nor being deleted
+    started: float | None  # when it was last released (Job startTime), else its first member
+    need: dict[str, int]  # its quota charge, by the core's rules
+    evicted_at: float | None  # the PodGroup's Evicted condition, while not readmitted
+
+    @property
+    def name(self) -> str:
+        return f"{self.view.kind.name} {self.view.namespace}/{self.view.name}"
+
+    def running_on(self) -> Counter[str]:
+        return Counter(pod.node_name for pod in self.running)
+
+
+def gang_state(view: GangView, priorities: PriorityTable) -> GangState:
+    facts = view.gang.facts
+    live = tuple(pod for pod in view.gang.members if pod.live)
+    running = tuple(pod for pod in live if pod.phase == "Running" and pod.node_name)
+    holds = not facts.finished and (not facts.held or any(pod.node_name for pod in live))
+    started = None
+    head = view.gang.head
+    if head is not None:
+        started = timestamp(head, "status.startTime")
+    created = [pod.created for pod in live if pod.created > 0]  # 0: not recorded
+    if started is None and created:
+        started = min(created)
+    prepared = prepare(view.workload, priorities)
+    need = prepared.need() if not prepared.error else {}
+    return GangState(view, holds, running, live, started, need, _evicted_at(view))
+
+
+def _evicted_at(view: GangView) -> float | None:
+    if view.group is None:
+        return None
+    status = view.group.status
+    evicted = status.condition("Evicted")
+    admitted = status.condition("Admitted")
+    if evicted is None or evicted.status != "True":
+        return None
+    if admitted is not None and admitted.status == "True":
+        return None  # readmitted since
+    moment = evicted.lastTransitionTime
+    return epoch_seconds(moment) if moment is not None else None

@@ -1,0 +1,240 @@
+"""The invariants, each a pure function of one look at the cluster.
+
+Counted from Pods, Nodes and the workloads' own objects (:mod:`.gangstate`);
+the controller's status is read only for what it alone knows: what it planned
+(``placement``) and that it evicted (the ``Evicted`` condition).  The quota
+rules are the core's (``core/quota.py``: what is guaranteed, what is lendable),
+and a gang's charge is the core's (``Prepared.need``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from queue_controller.check.gangstate import GangState, gang_state
+from queue_controller.check.violations import Invariant, Violation
+from queue_controller.core.model import TeamQuota
+from queue_controller.core.ordering import PriorityTable
+from queue_controller.core.prepared import TERMINATED_PHASES
+from queue_controller.core.quantity import format_milli
+from queue_controller.core.quota import guaranteed, lendable
+from queue_controller.core.resources import is_extended
+from queue_controller.kube.fields import Obj, get
+from queue_controller.kube.gangs import HOLDING_PHASES
+from queue_controller.kube.snapshot import Translation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timing:
+    """The controller's clock, as ``check`` assumes it (the controller's own defaults)."""
+
+    cycle_seconds: float = 5.0  # its safety-net tick: every change is acted on within one
+    pods_ready_timeout_seconds: int = 300  # when neither the PodGroup nor the Queue says
+
+
+def violations(
+    seen: Translation, pod_groups: Iterable[Obj], *, now: float, timing: Timing
+) -> list[Violation]:
+    """Every invariant broken in this one look at the cluster, in a stable order."""
+    priorities = PriorityTable(seen.snapshot.priority_classes)
+    gangs = [gang_state(view, priorities) for view in seen.gangs]
+    found = [
+        *_overcommitted_nodes(seen),
+        *_overdrawn_quotas(seen, gangs),
+        *_admitted_twice(gangs, pod_groups),
+        *_partially_placed(gangs, now, timing),
+        *_evicted_still_holding(gangs, now, timing),
+        *_members_off_plan(gangs),
+    ]
+    return sorted(found, key=lambda v: (v.invariant.value, v.objects))
+
+
+def _overcommitted_nodes(seen: Translation) -> Iterable[Violation]:
+    used: dict[str, Counter[str]] = defaultdict(Counter)
+    on_node: dict[str, list[str]] = defaultdict(list)
+    for pod in seen.snapshot.pods:
+        if pod.phase in TERMINATED_PHASES:
+            continue
+        counted = False
+        for resource, amount in pod.request.items():
+            if is_extended(resource) and amount:
+                used[pod.node_name][resource] += amount
+                counted = True
+        if counted:
+            on_node[pod.node_name].append(f"Pod {pod.namespace}/{pod.name}")
+    for node in seen.snapshot.nodes:
+        for resource, amount in sorted(used.get(node.name, {}).items()):
+            has = node.allocatable.get(resource, 0)
+            if amount > has:
+                yield Violation(
+                    Invariant.NODE_OVERCOMMITTED,
+                    (f"Node {node.name}", *sorted(on_node[node.name])),
+                    f"node {node.name}: bound pods request {format_milli(amount, resource)} "
+                    f"{resource}, it has {format_milli(has, resource)}",
+                )
+
+
+def _overdrawn_quotas(seen: Translation, gangs: list[GangState]) -> Iterable[Violation]:
+    queues = {(q.namespace, q.name): q.team_quota for q in seen.snapshot.queues}
+    used: dict[str, Counter[str]] = defaultdict(Counter)
+    holders: dict[str, list[str]] = defaultdict(list)
+    for gang in gangs:
+        team = queues.get((gang.view.namespace, gang.view.gang.facts.queue))
+        if gang.holds and team is not None:
+            used[team].update(gang.need)
+            holders[team].append(gang.name)
+    quotas = {q.name: q for q in seen.snapshot.quotas}
+    for quota in quotas.values():
+        for resource, limits in sorted(quota.resources.items()):
+            amount = used[quota.name].get(resource, 0)
+            cap = limits.nominal
+            if quota.cohort and limits.borrowing_limit is not None:
+                cap += limits.borrowing_limit
+            elif quota.cohort:
+                continue  # unlimited borrowing: the cohort's pool is what bounds it
+            if amount > cap:
+                yield Violation(
+                    Invariant.QUOTA_OVERDRAWN,
+                    (f"TeamQuota {quota.name}", *sorted(holders[quota.name])),
+                    f"TeamQuota {quota.name}: admitted gangs hold "
+                    f"{format_milli(amount, resource)} {resource}, at most "
+                    f"{format_milli(cap, resource)} allowed",
+                )
+    yield from _overdrawn_cohorts(quotas, used)
+
+
+def _overdrawn_cohorts(
+    quotas: Mapping[str, TeamQuota], used: Mapping[str, Counter[str]]
+) -> Iterable[Violation]:
+    """The core's pool rule: what members use beyond what each keeps back is at most
+    what they lend, so no lender's kept-back nominal is ever lent."""
+    members: dict[str, list[TeamQuota]] = defaultdict(list)
+    for quota in quotas.values():
+        if quota.cohort:
+            members[quota.cohort].append(quota)
+    for cohort, quotas_in in sorted(members.items()):
+        resources = sorted({r for q in quotas_in for r in q.resources})
+        for resource in resources:
+            drawn = pool = 0
+            for quota in quotas_in:
+                limits = quota.resources.get(resource)
+                if limits is None:
+                    continue
+                pool += lendable(limits)
+                drawn += max(0, used[quota.name].get(resource, 0) - guaranteed(limits))
+            if drawn > pool:
+                names = tuple(sorted(f"TeamQuota {q.name}" for q in quotas_in))
+                yield Violation(
+                    Invariant.LENDING_LIMIT_EXCEEDED,
+                    names,
+                    f"cohort {cohort}: its members draw {format_milli(drawn, resource)} "
+                    f"{resource} beyond what each keeps back, but lend only "
+                    f"{format_milli(pool, resource)}",
+                )
+
+
+def _admitted_twice(gangs: list[GangState], pod_groups: Iterable[Obj]) -> Iterable[Violation]:
+    owners: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for group in pod_groups:
+        namespace = get(group, "metadata.namespace", str, "")
+        name = get(group, "metadata.name", str, "")
+        for ref in get(group, "metadata.ownerReferences", list, []):
+            if isinstance(ref, dict) and ref.get("uid") and ref.get("kind") != "Pod":
+                owners[(namespace, str(ref.get("kind")), str(ref["uid"]))].append(name)
+    for (namespace, kind, _), names in sorted(owners.items()):
+        if len(names) > 1:
+            yield Violation(
+                Invariant.ADMITTED_TWICE,
+                tuple(sorted(f"PodGroup {namespace}/{n}" for n in names)),
+                f"{len(names)} PodGroups for one {kind} in {namespace}: {', '.join(sorted(names))}",
+            )
+    for gang in gangs:
+        size = gang.view.workload.pod_count
+        if gang.view.workload.pod_sets and len(gang.live) > size:
+            yield Violation(
+                Invariant.ADMITTED_TWICE,
+                (gang.name,),
+                f"{gang.name}: {len(gang.live)} live members, but the gang runs {size}",
+            )
+
+
+def _timeout(gang: GangState, timing: Timing) -> int:
+    facts = gang.view.gang.facts
+    if facts.timeout_seconds is not None:
+        return facts.timeout_seconds
+    queue = gang.view.queue
+    if queue is not None and queue.pods_ready_timeout_seconds is not None:
+        return queue.pods_ready_timeout_seconds
+    return timing.pods_ready_timeout_seconds
+
+
+def _partially_placed(gangs: list[GangState], now: float, timing: Timing) -> Iterable[Violation]:
+    for gang in gangs:
+        if not gang.holds or gang.started is None:
+            continue
+        size = gang.view.workload.gang_size
+        placed = sum(
+            1
+            for pod in gang.view.gang.members
+            if pod.node_name and pod.phase in ("Running", "Succeeded") and not pod.deleting
+        )
+        if placed >= size:
+            continue
+        limit = gang.started + _timeout(gang, timing) + timing.cycle_seconds
+        if now > limit:
+            yield Violation(
+                Invariant.PARTIALLY_PLACED_TOO_LONG,
+                (gang.name,),
+                f"{gang.name}: {placed} of {size} members placed "
+                f"{now - gang.started:.0f}s after it started; its timeout is "
+                f"{_timeout(gang, timing)}s",
+                since=limit,
+            )
+
+
+def _evicted_still_holding(
+    gangs: list[GangState], now: float, timing: Timing
+) -> Iterable[Violation]:
+    for gang in gangs:
+        if gang.evicted_at is None:
+            continue
+        limit = gang.evicted_at + timing.cycle_seconds
+        if now <= limit or not (gang.holds or gang.running):
+            continue
+        what = []
+        if gang.holds:
+            what.append("still holds its quota (it runs unheld)")
+        if gang.running:
+            what.append(f"{len(gang.running)} members still run")
+        yield Violation(
+            Invariant.EVICTED_STILL_HOLDING,
+            (gang.name, *sorted(f"Pod {p.ref.namespace}/{p.ref.name}" for p in gang.running)),
+            f"{gang.name} was evicted {now - gang.evicted_at:.0f}s ago but " + " and ".join(what),
+            since=limit,
+        )
+
+
+def _members_off_plan(gangs: list[GangState]) -> Iterable[Violation]:
+    for gang in gangs:
+        group = gang.view.group
+        if group is None or group.phase not in HOLDING_PHASES or not group.status.placement:
+            continue
+        by_set = group.status.podSetPlacement
+        bound: dict[str, Counter[str]] = defaultdict(Counter)
+        for pod in gang.live:
+            if pod.node_name:
+                bound[pod.pod_set if by_set else ""][pod.node_name] += 1
+        for pod_set, nodes in sorted(bound.items()):
+            planned = by_set.get(pod_set, {}) if by_set else group.status.placement
+            off = {n: c for n, c in nodes.items() if c > planned.get(n, 0)}
+            if off:
+                where = ", ".join(
+                    f"{c} on {n} (planned {planned.get(n, 0)})" for n, c in off.items()
+                )
+                yield Violation(
+                    Invariant.MEMBER_OFF_PLAN,
+                    (gang.name,),
+                    f"{gang.name}: members bound off its plan: {where}",
+                )
