@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from queue_controller import nodepools
 from queue_controller.localcluster import Layout, LocalCluster
 from tests.cluster.controller_harness import LEASE_NAMESPACE, ControllerProcess
+from tests.cluster.invariants import BackgroundCheck
 from tests.cluster.workloads import Objects
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,3 +200,25 @@ def objects(cluster: Cluster, namespace: str, controller: ControllerProcess) -> 
     made = Objects(cluster, namespace)
     yield made
     made.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def invariants(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``check`` in the background of every test that runs the controller (see
+    tests/cluster/invariants.py); a broken invariant fails the test at teardown."""
+    if "controller" not in request.fixturenames or "namespace" not in request.fixturenames:
+        yield
+        return
+    if request.node.get_closest_marker("breaks_invariants") is not None:
+        yield
+        return
+    cluster: Cluster = request.getfixturevalue("cluster")
+    namespace: str = request.getfixturevalue("namespace")
+    with BackgroundCheck(cluster.kubeconfig, namespace) as checker:
+        yield
+        checker.look_once()  # the state the test ended in, too
+    broken = "\n".join(
+        f"  {v.invariant.value}: {v.message} ({', '.join(v.objects)})"
+        for v in checker.seen.values()
+    )
+    assert not checker.seen, f"invariants broken during the test:\n{broken}"
