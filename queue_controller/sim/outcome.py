@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 
 from queue_controller.sim.events import EPOCH
 from queue_controller.sim.measure import HOUR, Meters, entitlements
-from queue_controller.sim.results import Percentiles, PolicyResult, Preemptions, ShareSeries
+from queue_controller.sim.results import (
+    Percentiles,
+    PolicyResult,
+    Preemptions,
+    ReclaimWaits,
+    ShareSeries,
+)
 from queue_controller.sim.runstate import JobState
 from queue_controller.sim.scenario import Scenario
 
@@ -57,6 +63,7 @@ def policy_result(
     wall_seconds: float,
     preemption: Preemptions,
     reclaim: dict[str, Percentiles],
+    reclaim_waits: ReclaimWaits | None,
     shares: dict[str, ShareSeries],
 ) -> PolicyResult:
     # The run ends with its last change: a gang finishing or giving up.  Stale
@@ -83,5 +90,6 @@ def policy_result(
         waits=tuple(meters.waits),
         preemption=preemption,
         reclaim_seconds=reclaim,
+        reclaim_waits=reclaim_waits,
         shares=shares,
     )

@@ -89,6 +89,15 @@ def policy_json(result: PolicyResult) -> dict[str, object]:
             "lost_gpu_hours": _amount(result.preemption.lost_gpu_hours),
         },
         "reclaim_seconds": {team: _percentiles(p) for team, p in result.reclaim_seconds.items()},
+        "reclaim_breakdown": None
+        if result.reclaim_waits is None
+        else {
+            "total": _percentiles(result.reclaim_waits.total),
+            **{
+                part: {**_percentiles(p), "hours": _amount(result.reclaim_waits.hours[part])}
+                for part, p in result.reclaim_waits.parts.items()
+            },
+        },
         "cohort_share": {
             team: {"weight": share.weight, "mean": share.mean, "peak": share.peak}
             for team, share in result.shares.items()
@@ -244,8 +253,12 @@ _HOW_TO_READ = """\
 - **Reclaim time**: how long a lender waits for its nominal quota back. A pending gang is
   blocked when, at an admission cycle, it fits within what is left of its team's own
   nominal quota and the quota still refuses it, because the rest of the cohort is using
-  that nominal. The time runs from the first cycle that finds it so until the cycle that
-  admits it; p50 / p95 over every such wait (not measured for `per-pod`: no quotas).
+  that nominal. From the first cycle that finds it so until the cycle that admits it, each
+  cycle notes what it waits for until the next: its nominal lent out (or, having
+  preempted, its victims' pods going), its own team's gangs filling that nominal, or
+  nodes (the quota has room). The reclaim time is the first part; p50 / p95 over every
+  such gang (not measured for `per-pod`: no quotas). The whole wait and each part are
+  in the section below.
 - **Cohort share**: a team's use beyond its nominal quota over what the whole cohort can
   lend, for each resource; the largest of these (its dominant share), divided by the
   team's weight (1 for every team: TeamQuota has no weight yet). 0 while it stays within

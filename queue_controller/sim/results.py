@@ -62,6 +62,16 @@ class Preemptions:
 
 
 @dataclass(frozen=True, slots=True)
+class ReclaimWaits:
+    """Blocked lenders' gangs (sim.sharing), from the first cycle that found one
+    reclaim-blocked until its admission: the whole wait, and what it waited for."""
+
+    total: Percentiles
+    parts: dict[str, Percentiles]  # lent | own | nodes -> seconds per gang
+    hours: dict[str, float]  # the same, summed over the gangs, in hours
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyResult:
     policy: str  # gang-fit | quota-only | per-pod
     gpu_allocation: float
@@ -86,6 +96,7 @@ class PolicyResult:
     # Reclaim time (sim.sharing): "all" and each lender that waited; empty where not
     # measured (per-pod has no quotas).
     reclaim_seconds: dict[str, Percentiles] = field(default_factory=dict)
+    reclaim_waits: ReclaimWaits | None = None  # None where not measured
     shares: dict[str, ShareSeries] = field(default_factory=dict)  # cohort members
 
 

@@ -12,8 +12,10 @@ from queue_controller.core import (
     Verdict,
 )
 from queue_controller.core.ordering import PriorityTable
+from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.requests import InvalidSpecError
 from queue_controller.core.requeue import pods_ready_timeout, requeue
+from queue_controller.core.resources import scale
 from queue_controller.sim.admission import Admission
 from queue_controller.sim.binding import Binding
 from queue_controller.sim.cluster import ForeignPods, NodeBook, PodScheduler
@@ -214,6 +216,20 @@ class PolicyRun(Binding, Preempting):
                     job.changed()
                 job.reason = decision.reason.value
                 self._journal(job, "Pending", job.reason, decision.message)
+        if self.reclaim.open:
+            self.reclaim.waiting(self.pending, self._ledger_after(), self.now)
+
+    def _ledger_after(self) -> QuotaLedger:
+        """The quota as a cycle left it: what is admitted, and the room nominated gangs
+        hold (the core charges it at every cycle)."""
+        ledger = self.admission.ledger()
+        held = [job for job in self.pending.values() if job.nominated]
+        if not held:
+            return ledger
+        ledger = QuotaLedger(self.scenario.quotas, self.admission.quota_usage)
+        for job in held:
+            ledger.reserve(job.team, scale(job.request, job.pods))
+        return ledger
 
     def _admit(self, job: JobState, decision: Decision) -> None:
         del self.pending[job.key]
@@ -470,5 +486,6 @@ class PolicyRun(Binding, Preempting):
             wall_seconds=wall_seconds,
             preemption=self._preemption_result(),
             reclaim=self.reclaim.result() if self.admits else {},
+            reclaim_waits=self.reclaim.waits() if self.admits else None,
             shares=self.shares.result(self.meters.times[-1]) if self.admits else {},
         )

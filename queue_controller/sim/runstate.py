@@ -66,7 +66,6 @@ class JobState:
     # Node -> the sum of (GPU-equivalents x bind time) of its bound pods there: the
     # GPU time the attempt ran, should a preemption throw it away.
     bind_weight: dict[str, float] = field(default_factory=dict)
-    blocked_since: float | None = None  # reclaim clock (sim.sharing.ReclaimClock)
     workload: Workload | None = None
     pods_of_core: tuple[BoundPod, ...] | None = None
     key: str = ""  # "namespace/name", kept: it is looked up at every turn

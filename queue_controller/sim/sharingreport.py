@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from queue_controller.sim.markdown import NONE, count, duration, md_table
-from queue_controller.sim.results import Percentiles, SimulationReport
+from queue_controller.sim.results import (
+    Percentiles,
+    PolicyResult,
+    ReclaimWaits,
+    SimulationReport,
+)
 
 _MODES = {
     "as-configured": "as each TeamQuota's spec.preemption says",
@@ -36,9 +41,10 @@ def sharing_section(report: SimulationReport) -> list[str]:
         return [*lines, "No policy with team quotas ran."]
     teams = sorted({t for r in measured.values() for t in (*r.reclaim_seconds, *r.shares)})
     lines += [
-        "Reclaim time p50 / p95 by lender: from the first admission cycle at which a gang that "
-        "fits within its team's nominal quota is refused because the cohort is using that "
-        "nominal, until it is admitted.",
+        "Reclaim time p50 / p95 by lender: how long a gang that fits within its team's nominal "
+        "quota is refused because the cohort is using that nominal (or, having preempted, waits "
+        "for its victims' pods to go), from the first admission cycle that finds it so until it "
+        "is admitted.",
         "",
         *md_table(
             ["Lender", *measured],
@@ -47,6 +53,11 @@ def sharing_section(report: SimulationReport) -> list[str]:
                 for team in ["all", *(t for t in teams if t != "all")]
             ],
         ),
+        "",
+        "What those gangs waited for, from the first cycle that found them blocked until their "
+        "admission, all lenders: p50 / p95 per gang, and the part of all that waiting.",
+        "",
+        *md_table(["Waiting for", *measured], _wait_rows(list(measured.values()))),
         "",
         "Each team's share of the cohort (what it borrows over what the cohort can lend, "
         "divided by its weight): mean over time / peak.",
@@ -61,3 +72,30 @@ def sharing_section(report: SimulationReport) -> list[str]:
     lines += md_table(["Team", "Weight", *measured], rows)
     lines += ["", "![Each team's cohort share over time](team-share.png)"]
     return lines
+
+
+_PARTS = (
+    ("lent", "its nominal, lent out (the reclaim time)"),
+    ("own", "its own team's gangs to free its nominal"),
+    ("nodes", "nodes (the quota had room)"),
+)
+
+
+def _wait_rows(results: list[PolicyResult]) -> list[list[str]]:
+    rows = [["admission (the whole wait)", *(_total(r.reclaim_waits) for r in results)]]
+    for part, label in _PARTS:
+        rows.append([label, *(_part(r.reclaim_waits, part) for r in results)])
+    return rows
+
+
+def _total(waits: ReclaimWaits | None) -> str:
+    return NONE if waits is None else reclaim_cell(waits.total)
+
+
+def _part(waits: ReclaimWaits | None, part: str) -> str:
+    if waits is None or not waits.total.count:
+        return NONE
+    p = waits.parts[part]
+    whole = sum(waits.hours.values())
+    share = f"{waits.hours[part] / whole:.0%}" if whole > 0 else NONE
+    return f"{duration(p.p50)} / {duration(p.p95)}, {share}"

@@ -25,7 +25,7 @@ from queue_controller.core import Node, Queue, ResourceQuota, TeamQuota
 from queue_controller.sim.engine import KUEUE_LIKE, simulate, with_preemption
 from queue_controller.sim.faults import FaultPlan, NodeFailure
 from queue_controller.sim.report import report_json
-from queue_controller.sim.results import PolicyResult
+from queue_controller.sim.results import Percentiles, PolicyResult
 from queue_controller.sim.run import PolicyRun
 from queue_controller.sim.scenario import Faults, Scenario, SimJob
 from tests.sim.test_engine import GPU, INSTANT, node
@@ -194,3 +194,48 @@ def test_a_run_with_preemption_is_deterministic() -> None:
         for policy in document["policies"].values():  # type: ignore[attr-defined]
             policy.pop("wall_seconds")
     assert first == again
+
+
+def own_team_behind() -> Scenario:
+    """The lender's two 1 x 4-GPU gangs (a: 5,000 s, b: 100 s) arrive at 100 s, each
+    within its 4 GPUs of nominal, which the borrower's y (1,000 s, after x, within the
+    borrower's nominal) uses.  Only one of them fits that nominal."""
+
+    def job(owner: str, name: str, arrival: float, duration: float) -> SimJob:
+        request = {GPU: "4", "cpu": "1"}
+        return SimJob(owner, name, "q", arrival, 1, request, duration)
+
+    (lq, lt), (bq, bt) = team("lender"), team("borrower")
+    return Scenario(
+        name="own-team-behind",
+        nodes=(node("n1", 8),),
+        queues=(lq, bq),
+        quotas=(lt, bt),
+        jobs=(
+            job("borrower", "x", 0, 10_000),
+            job("borrower", "y", 5, 1_000),
+            job("lender", "a", 100, 5_000),
+            job("lender", "b", 100, 100),
+        ),
+    )
+
+
+def test_the_reclaim_time_stops_when_the_nominal_is_back() -> None:
+    # Without preemption: y ends at 1,010 s; the cycle at 1,020 s admits a, and b, now
+    # beyond its team's nominal, waits for a (until 6,020 s): admitted at 6,030 s.
+    # Both had their nominal lent out for 910 s; b then waited 5,010 s on its own team.
+    result = run("off", scene=own_team_behind())
+    assert result.reclaim_seconds["lender"] == Percentiles(2, 910.0, 910.0, 910.0)
+    waits_ = result.reclaim_waits
+    assert waits_ is not None
+    assert waits_.total == Percentiles(2, 910.0, 5920.0, 5920.0)
+    assert waits_.parts["lent"] == Percentiles(2, 910.0, 910.0, 910.0)
+    assert waits_.parts["own"] == Percentiles(2, 0.0, 5010.0, 5010.0)
+    assert waits_.parts["nodes"] == Percentiles(2, 0.0, 0.0, 0.0)
+    # With it: a evicts y at 110 s and holds the lender's nominal; b, blocked at that
+    # cycle too, then waits on a (admitted at 150 s, done at 5,150 s) from that cycle on.
+    result = run("on", scene=own_team_behind())
+    assert result.reclaim_seconds["lender"] == Percentiles(2, 0.0, 40.0, 40.0)
+    waits_ = result.reclaim_waits
+    assert waits_ is not None
+    assert waits_.parts["own"] == Percentiles(2, 0.0, 5050.0, 5050.0)

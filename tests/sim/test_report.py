@@ -28,6 +28,7 @@ from queue_controller.sim.results import (
     Percentiles,
     PolicyResult,
     Preemptions,
+    ReclaimWaits,
     Series,
     ShareSeries,
     SimulationReport,
@@ -97,6 +98,17 @@ def policy_result(
             "all": Percentiles(count=3, p50=30.0, p95=4000.0, p99=4000.0),
             "vision": Percentiles(count=3, p50=30.0, p95=4000.0, p99=4000.0),
         },
+        reclaim_waits=None
+        if name == "per-pod"
+        else ReclaimWaits(
+            total=Percentiles(count=3, p50=60.0, p95=7000.0, p99=7000.0),
+            parts={
+                "lent": Percentiles(count=3, p50=30.0, p95=4000.0, p99=4000.0),
+                "own": Percentiles(count=3, p50=30.0, p95=3000.0, p99=3000.0),
+                "nodes": Percentiles(count=3, p50=0.0, p95=0.0, p99=0.0),
+            },
+            hours={"lent": 1.25, "own": 0.85, "nodes": 0.0},
+        ),
         shares={}
         if name == "per-pod"
         else {
@@ -155,6 +167,12 @@ GANG_FIT_JSON: dict[str, Any] = {
     "reclaim_seconds": {
         "all": {"count": 3, "p50": 30.0, "p95": 4000.0, "p99": 4000.0},
         "vision": {"count": 3, "p50": 30.0, "p95": 4000.0, "p99": 4000.0},
+    },
+    "reclaim_breakdown": {
+        "total": {"count": 3, "p50": 60.0, "p95": 7000.0, "p99": 7000.0},
+        "lent": {"count": 3, "p50": 30.0, "p95": 4000.0, "p99": 4000.0, "hours": 1.25},
+        "own": {"count": 3, "p50": 30.0, "p95": 3000.0, "p99": 3000.0, "hours": 0.85},
+        "nodes": {"count": 3, "p50": 0.0, "p95": 0.0, "p99": 0.0, "hours": 0.0},
     },
     "cohort_share": {
         "nlp": {"weight": 1.0, "mean": 0.12345, "peak": 0.5},
