@@ -96,6 +96,13 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge(p + "leader", "1 while this replica holds the lease.", registry=r)
+        self.leader_election_errors = Counter(
+            p + "leader_election_errors",
+            "Times the API server refused this replica's Lease, by reason (NamespaceNotFound, "
+            "Forbidden, APIError): while they grow it can never lead, so it admits nothing.",
+            ["reason"],
+            registry=r,
+        )
         self.unhealthy_gpus = Gauge(
             p + "unhealthy_gpus",
             "GPUs that a Node's health report takes out of admission.",

@@ -110,6 +110,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         metrics.journal_up.set(1 if journal.healthy else 0)
         return {
             "leader": leadership.leading,
+            **({"leaderElection": leadership.blocked} if leadership.blocked else {}),
             "journal": "ok" if journal.healthy else f"degraded: {journal.last_error}",
             "objects": len(state),
         }

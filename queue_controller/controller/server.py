@@ -2,8 +2,9 @@
 
 * ``/healthz``: the scheduling loop has turned recently (a wedged loop fails
   the liveness probe, and the kubelet restarts the pod).
-* ``/readyz``: the state has been listed from the API once.  A journal that is
-  down does not make the controller unready, since it keeps scheduling; the
+* ``/readyz``: the state has been listed from the API once, and the Lease is
+  not refused outright (``leaderElection`` in the body says why it is).  A
+  journal that is down does not make the controller unready, since it keeps scheduling; the
   body says ``degraded`` and ``queue_controller_journal_up`` drops to 0.
 """
 
@@ -70,9 +71,13 @@ class HealthServer:
         return web.Response(text="ok\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        body = {"ready": self._health.ready, "cycles": self._health.cycles, **self._details()}
+        details = self._details()
+        # A replica that can never take the Lease (its namespace is missing, RBAC
+        # denies it) would never admit: not ready, so the Deployment shows it.
+        ready = self._health.ready and not details.get("leaderElection")
+        body = {"ready": ready, "cycles": self._health.cycles, **details}
         return web.Response(
-            status=200 if self._health.ready else 503,
+            status=200 if ready else 503,
             text=json.dumps(body) + "\n",
             content_type="application/json",
         )

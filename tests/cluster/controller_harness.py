@@ -48,7 +48,9 @@ class ControllerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self, *, expect_leader: bool = True, wait: float = 60) -> None:
+    def start(self, *, expect_leader: bool = True, wait: float = 60, ready: bool = True) -> None:
+        """Start it and wait until it is ready (and leads, if ``expect_leader``); with
+        ``ready=False``, only until it serves /readyz, ready or not."""
         assert self.process is None, "already running"
         self.starts += 1
         log = (self.logs / f"{self.identity}-{self.starts}.log").open("wb")
@@ -96,11 +98,13 @@ class ControllerProcess:
                 raise AssertionError(
                     f"controller exited {self.process.returncode}: {self.log_tail()}"
                 )
-            ready = self.readyz()
+            answer = self.readyz()
+            if answer is not None and not ready:
+                return
             if (
-                ready is not None
-                and ready.get("ready")
-                and (ready.get("leader") or not expect_leader)
+                answer is not None
+                and answer.get("ready")
+                and (answer.get("leader") or not expect_leader)
             ):
                 if self.webhook == "local" and not self._webhook_registered():
                     time.sleep(0.2)
