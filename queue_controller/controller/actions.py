@@ -161,6 +161,14 @@ class DeleteOrphan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Vanished:
+    """An admitted gang whose objects were deleted (its Job, its pods): its quota is
+    free from this cycle on, and only the journal can still say so."""
+
+    subject: Subject
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueStatus:
     queue: Ref
     current: Mapping[str, object]
@@ -193,6 +201,7 @@ Action = (
     | MarkPending
     | MarkFinished
     | DeleteOrphan
+    | Vanished
     | QueueStatus
     | TeamQuotaStatus
 )

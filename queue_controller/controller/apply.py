@@ -359,6 +359,13 @@ class Applier(Writer):
         await self._delete(action.group_ref)
 
     @apply.register
+    async def _vanished(self, action: act.Vanished) -> None:
+        who = action.subject
+        message = f"the {who.kind} was deleted while admitted; its quota is free again"
+        log.info("%s %s/%s: %s", who.kind, who.namespace, who.name, message)
+        self._journal(who, JournalEvent.FINISHED, "Deleted", message)
+
+    @apply.register
     async def _queue_status(self, action: act.QueueStatus) -> None:
         await self._patch(action.queue, {"status": dict(action.counts)}, status=True)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from queue_controller.controller import actions as act
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.leader import Leadership
-from queue_controller.controller.lifecycle import HOLDING, Planner
+from queue_controller.controller.lifecycle import HOLDING, Planner, subject
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
@@ -30,7 +30,7 @@ from queue_controller.core.gpuhealth import unhealthy_indices
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import describe
 from queue_controller.kube.gangs import GangView
-from queue_controller.kube.snapshot import Located, translate
+from queue_controller.kube.snapshot import Located, Translation, translate
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class SchedulingLoop:
             status_writes_per_cycle,
         )
         self.idle = idle  # which running gangs idle (from DCGM), when it is read
+        # Admitted gangs as of the last cycle, to notice one whose objects vanish.
+        self._holding: dict[str, act.Subject] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -150,7 +152,23 @@ class SchedulingLoop:
             for resource, limits in quota.resources.items()
         }
         nominated = nominated_room(seen, result)
+        actions.extend(self._vanished(seen))
         return Plan(result, actions, partial, skipped, unhealthy, flagged, nominal, nominated)
+
+    def _vanished(self, seen: Translation) -> list[act.Action]:
+        """Gangs admitted last cycle whose objects are gone now (a Job deleted while it
+        ran): nothing is left to write to, so only the journal records it."""
+        holding = {
+            gang.key: subject(gang)
+            for gang in seen.gangs
+            if gang.group is not None and gang.group.phase in HOLDING
+        }
+        present = {gang.key for gang in seen.gangs}
+        gone: list[act.Action] = [
+            act.Vanished(subject=who) for key, who in self._holding.items() if key not in present
+        ]
+        self._holding = holding
+        return gone
 
     def _budgeted(self, actions: list[act.Action]) -> list[act.Action]:
         """Pending-reason writes beyond the budget wait for a later cycle; reason changes first."""

@@ -3,16 +3,22 @@ the controller says what is wrong, keeps going, and loses nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
-from tests.cluster.conftest import Cluster
+from queue_controller.journal import read_history
+from tests.cluster.conftest import ROOT, Cluster
 from tests.cluster.controller_harness import ControllerProcess
-from tests.cluster.workloads import Objects, create, eventually, h100, job
+from tests.cluster.workloads import GPU, GROUP, VERSION, Objects, create, eventually, h100, job
 
 pytestmark = pytest.mark.cluster
 
@@ -97,3 +103,151 @@ def test_a_job_created_while_no_controller_runs_is_queued_once_it_is_back(
     assert "Admitted" in events
     released = cluster.batch.read_namespaced_job("early", namespace)
     assert released.spec.suspend is False
+
+
+def quota_used(objects: Objects, name: str) -> str | None:
+    found = objects.api.get_cluster_custom_object(GROUP, VERSION, "teamquotas", name)
+    used = found.get("status", {}).get("used", {}).get(GPU)
+    return used if isinstance(used, str) else None
+
+
+def test_a_job_deleted_while_admitted_gives_its_quota_back_with_a_journal_entry(
+    cluster: Cluster,
+    namespace: str,
+    objects: Objects,
+    controller: ControllerProcess,
+    journal_url: str,
+) -> None:
+    quota = objects.team_quota(8)
+    objects.queue("q", quota)
+    create(cluster, namespace, job("doomed", queue="q", gpus=2, pods=2, nodes=h100(6)))
+    eventually(lambda: objects.phase("doomed", "Running"), what="running")
+    eventually(lambda: quota_used(objects, quota) == "4", what="quota in use")
+    cluster.batch.delete_namespaced_job("doomed", namespace, propagation_policy="Background")
+    started = time.monotonic()
+    eventually(lambda: quota_used(objects, quota) == "0", timeout=30, what="quota back")
+    took = time.monotonic() - started
+    assert took < 10, f"quota back after {took:.1f}s"  # a 1 s tick: within a few cycles
+
+    def deleted() -> list[Any]:
+        return [
+            e
+            for e in read_history(journal_url, namespace=namespace)
+            if e.name == "doomed" and e.reason == "Deleted"
+        ]
+
+    (entry,) = eventually(deleted, timeout=15, what="the journal entry")
+    assert entry.event.value == "Finished"
+
+
+def test_a_queue_deleted_under_its_gangs_loses_nothing(
+    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
+) -> None:
+    objects.queue("q", objects.team_quota(8))
+    nodes = h100(7)
+    create(cluster, namespace, job("runs", queue="q", gpus=8, pods=1, nodes=nodes, runs_for="8s"))
+    eventually(lambda: objects.phase("runs", "Running"), what="running")
+    create(cluster, namespace, job("waits", queue="q", gpus=8, pods=1, nodes=nodes))
+    eventually(lambda: objects.phase("waits", "Pending"), what="waiting for the node")
+    objects.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "queues", "q")
+    # The waiting gang says why it waits; the running one runs to its end.
+    eventually(
+        lambda: (g := objects.pod_group("waits")) and g["status"].get("reason") == "QueueNotFound",
+        timeout=30,
+        what="QueueNotFound",
+    )
+    eventually(lambda: objects.phase("runs", "Finished"), timeout=60, what="finished")
+    waiting = cluster.batch.read_namespaced_job("waits", namespace)
+    assert waiting.spec.suspend is True, "nothing runs without its queue"
+    # The Queue back: the waiting gang is admitted.
+    objects.queue("q", objects.team_quota(8))
+    eventually(lambda: objects.phase("waits", "Running"), timeout=60, what="admitted again")
+
+
+@pytest.mark.breaks_invariants("a TeamQuota lowered below what already runs is overdrawn")
+def test_a_quota_lowered_below_its_use_keeps_what_runs_and_admits_nothing_new(
+    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
+) -> None:
+    quota = objects.team_quota(8)
+    objects.queue("q", quota)
+    nodes = h100(0, 1)
+    create(cluster, namespace, job("big", queue="q", gpus=4, pods=2, nodes=nodes))
+    eventually(lambda: objects.phase("big", "Running"), what="running")
+    objects.api.patch_cluster_custom_object(
+        GROUP, VERSION, "teamquotas", quota, {"spec": {"resources": {GPU: {"nominal": 4}}}}
+    )
+    create(cluster, namespace, job("small", queue="q", gpus=1, pods=1, nodes=nodes))
+    eventually(
+        lambda: (g := objects.pod_group("small")) and g["status"].get("reason") == "QuotaExceeded",
+        timeout=30,
+        what="the new gang waiting on the lowered quota",
+    )
+    time.sleep(3)
+    assert objects.phase("big", "Running"), "what runs keeps running"
+    eventually(
+        lambda: (
+            controller.metric("queue_controller_quota_nominal", team_quota=quota, resource=GPU) == 4
+        ),
+        what="the nominal metric lowered",
+    )
+    assert controller.metric("queue_controller_quota_used", team_quota=quota, resource=GPU) == 8
+    # check names the overdrawn quota, from the running pods.
+    done = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/queue-controller"),
+            "check",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "QuotaOverdrawn" in done.stdout
+    assert quota in done.stdout
+
+
+def test_status_writes_that_lose_a_race_are_retried_until_they_land(
+    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
+) -> None:
+    """A second writer bumps every PodGroup's resourceVersion (a label) every 50 ms, so the
+    controller's conditional status writes meet 409 Conflict; each gang still gets there."""
+    objects.queue("q", objects.team_quota(16))
+    stop = threading.Event()
+    api = client.CustomObjectsApi(cluster.api)
+    bumps = [0]
+
+    def race() -> None:
+        tick = 0
+        while not stop.is_set():
+            tick += 1
+            groups = api.list_namespaced_custom_object(GROUP, VERSION, namespace, "podgroups")
+            for group in groups["items"]:
+                with contextlib.suppress(ApiException):
+                    api.patch_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        namespace,
+                        "podgroups",
+                        group["metadata"]["name"],
+                        {"metadata": {"labels": {"racer": str(tick)}}},
+                    )
+                    bumps[0] += 1
+            time.sleep(0.05)
+
+    racer = threading.Thread(target=race, daemon=True)
+    racer.start()
+    try:
+        for i in range(4):
+            create(cluster, namespace, job(f"g{i}", queue="q", gpus=2, pods=2, nodes=h100(2, 3)))
+        for i in range(4):
+            eventually(lambda i=i: objects.phase(f"g{i}", "Running"), timeout=90, what=f"g{i}")
+    finally:
+        stop.set()
+        racer.join(timeout=10)
+    assert bumps[0] > 20
+    for i in range(4):
+        group = objects.pod_group(f"g{i}")
+        assert group is not None
+        assert sum(group["status"]["placement"].values()) == 2
