@@ -96,6 +96,13 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge(p + "leader", "1 while this replica holds the lease.", registry=r)
+        self.api_writes = Counter(
+            p + "api_writes",
+            "Writes sent to the API server, by verb (create, patch, delete, event) and "
+            "resource: divided by admitted_gangs_total, what an admission costs.",
+            ["verb", "resource"],
+            registry=r,
+        )
         self.leader_election_errors = Counter(
             p + "leader_election_errors",
             "Times the API server refused this replica's Lease, by reason (NamespaceNotFound, "

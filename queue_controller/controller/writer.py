@@ -51,6 +51,10 @@ class Writer:
         self._groups: dict[tuple[str, str, str], PodGroup] = {}
 
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        # Every write to the API goes through here: counted, so that the writes an
+        # admission costs can be measured (and a write storm seen) from /metrics.
+        resource = args[0].plural if args and isinstance(args[0], gw.Resource) else "events"
+        self.metrics.api_writes.labels(function.__name__, resource).inc()
         return await asyncio.to_thread(function, *args, **kwargs)
 
     def _version(self, ref: Ref) -> str | None:
