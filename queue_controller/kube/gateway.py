@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from queue_controller.errors import QueueControllerError
 from queue_controller.kube.resources import (
+    CONFIG_MAP,
     EVENT,
     JOB,
     NODE,
@@ -39,6 +40,7 @@ from queue_controller.kube.resources import (
 )
 
 __all__ = [
+    "CONFIG_MAP",
     "EVENT",
     "JOB",
     "NODE",
