@@ -8,9 +8,10 @@ suspended, no member left alive), not taken from the controller's status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import Obj, get, objects, strings
 from queue_controller.kube.snapshot import Located
 
@@ -69,8 +70,9 @@ class GangSeen:
 
 
 def gang_seen(items: Iterable[Located], namespace: str, name: str) -> GangSeen:
+    """The gang as one listing of the cluster shows it."""
     job = group = None
-    members = []
+    pods = []
     for item in items:
         obj = item.obj
         if get(obj, "metadata.namespace", str, "") != namespace:
@@ -81,16 +83,38 @@ def gang_seen(items: Iterable[Located], namespace: str, name: str) -> GangSeen:
         elif kind == "PodGroup" and get(obj, "metadata.name", str, "") == name:
             group = obj
         elif kind == "Pod" and strings(obj, "metadata.labels").get(JOB_NAME_LABEL) == name:
-            phase = get(obj, "status.phase", str, "Pending")
-            deleting = get(obj, "metadata.deletionTimestamp", str, "") != ""
-            members.append(
-                Member(
-                    name=get(obj, "metadata.name", str, ""),
-                    node=get(obj, "spec.nodeName", str, ""),
-                    phase=phase,
-                    live=not deleting and phase not in ("Succeeded", "Failed"),
-                )
+            pods.append(obj)
+    return _gang(namespace, name, job, group, pods)
+
+
+def read_gang(gateway: gw.Gateway, namespace: str, name: str) -> GangSeen:
+    """The gang, read on its own: three requests, cheap enough to poll often."""
+
+    def one(kind: gw.Resource) -> Obj | None:
+        try:
+            return gateway.get(kind, namespace, name)
+        except gw.NotFound:
+            return None
+
+    pods = gateway.list(gw.POD, namespace=namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
+    return _gang(namespace, name, one(gw.JOB), one(gw.POD_GROUP), pods)
+
+
+def _gang(
+    namespace: str, name: str, job: Obj | None, group: Obj | None, pods: Sequence[Obj]
+) -> GangSeen:
+    members = []
+    for obj in pods:
+        phase = get(obj, "status.phase", str, "Pending")
+        deleting = get(obj, "metadata.deletionTimestamp", str, "") != ""
+        members.append(
+            Member(
+                name=get(obj, "metadata.name", str, ""),
+                node=get(obj, "spec.nodeName", str, ""),
+                phase=phase,
+                live=not deleting and phase not in ("Succeeded", "Failed"),
             )
+        )
     return GangSeen(namespace, name, job, group, tuple(sorted(members, key=lambda m: m.name)))
 
 
@@ -137,6 +161,10 @@ class Timeline:
             new.append(self.mark("quota back", now, "Job suspended, no member left alive"))
         # Evicted (the requeue count moved) and holding again: admitted afresh.
         readmitted = gang.phase in HOLDING
+        if readmitted and not self.reached("quota back"):
+            # Given back and taken again between two looks; check's EvictedStillHolding
+            # would have caught a gang that never gave it back.
+            new.append(self.mark("quota back", now, "not caught between looks: by readmission"))
         if (gang.phase == "Pending" or readmitted) and not self.reached("requeued"):
             new.append(self.mark("requeued", now, f"requeue {gang.requeue_count}, back in queue"))
         if readmitted and not self.reached("readmitted"):

@@ -16,13 +16,14 @@ from types import FrameType
 
 from queue_controller.chaos.experiments import Injection
 from queue_controller.chaos.marks import Marks, undo
-from queue_controller.chaos.observe import GangSeen, Mark, Timeline, gang_seen
+from queue_controller.chaos.observe import GangSeen, Mark, Timeline, read_gang
 from queue_controller.check import Timing, Violation, Watch, cluster_objects, look
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import get
 from queue_controller.kube.snapshot import Located
 
 Say = Callable[[str], None]
+QUICK = 0.2  # seconds between reads of the gang itself
 
 
 class Interrupted(Exception):
@@ -108,7 +109,7 @@ class Runner:
     say: Say
     clock: Callable[[], float] = time.time
 
-    def list(self) -> list[Located]:
+    def listing(self) -> list[Located]:
         return cluster_objects(self.gateway)
 
     def execute(
@@ -140,22 +141,22 @@ class Runner:
     def _watch(
         self, injection: Injection, gang: GangSeen, scope: Scope, outcome: Outcome, marks: Marks
     ) -> None:
+        """The gang at a quick pace (phases pass in a second), every invariant each interval."""
         timeline, watch = outcome.timeline, Watch()
         settle_until: float | None = None
+        next_look = 0.0
         while True:
             now = self.clock()
-            items = self.list()
-            seen = gang_seen(items, gang.namespace, gang.name)
-            for mark in timeline.observe(seen, now):
+            for mark in timeline.observe(read_gang(self.gateway, gang.namespace, gang.name), now):
                 self._show(mark)
-            result = look(items, now=now, timing=self.timing)
-            new, _ = watch.update(result.violations, now)
-            broken = [v for v in watch.current(tuple(new)) if scope.covers(v)]
-            for violation in broken:
-                self.say(f"broken: {violation.invariant.value}: {violation.message}")
-            outcome.violations.extend(broken)
-            if broken:
-                return  # the verdict is in; undo at once
+            if now >= next_look:
+                next_look = now + self.interval
+                broken = self._look(scope, watch, now)
+                outcome.violations.extend(broken)
+                if broken:
+                    return  # the verdict is in; undo at once
+                if injection.keep is not None and not timeline.reached("evicted"):
+                    injection.keep(marks)
             if all(timeline.reached(p) for p in injection.expect):
                 # One more cycle: a recovery that breaks something on its way out counts.
                 settle_until = settle_until or now + self.timing.cycle_seconds
@@ -163,9 +164,15 @@ class Runner:
                     return
             elif now - timeline.injected_at > outcome.deadline:
                 return
-            if injection.keep is not None and not timeline.reached("evicted"):
-                injection.keep(marks)
-            time.sleep(self.interval)
+            time.sleep(QUICK)
+
+    def _look(self, scope: Scope, watch: Watch, now: float) -> list[Violation]:
+        result = look(self.listing(), now=now, timing=self.timing)
+        new, _ = watch.update(result.violations, now)
+        broken = [v for v in watch.current(tuple(new)) if scope.covers(v)]
+        for violation in broken:
+            self.say(f"broken: {violation.invariant.value}: {violation.message}")
+        return broken
 
     def _show(self, mark: Mark | None) -> None:
         if mark is not None:

@@ -153,7 +153,7 @@ def _experiment(common: Common, job: str, plan: Plan, name: str) -> None:
     runner = chaos.Runner(
         gateway, run, common.timing, parse_duration(common.interval, field="--interval"), say
     )
-    items = runner.list()
+    items = runner.listing()
     gang = chaos.gang_seen(items, namespace, job_name)
     if gang.job is None:
         raise InputError(f"no Job {namespace}/{job_name}", field="--job")
@@ -162,7 +162,7 @@ def _experiment(common: Common, job: str, plan: Plan, name: str) -> None:
         if time.monotonic() > waited:
             break  # the plan says why it cannot start
         time.sleep(1)
-        items = runner.list()
+        items = runner.listing()
         gang = chaos.gang_seen(items, namespace, job_name)
     injection = plan(gang, items, run)
     scope = chaos.scope_of(gang, items, injection.nodes)
