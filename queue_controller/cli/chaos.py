@@ -165,6 +165,7 @@ def _experiment(common: Common, job: str, plan: Plan, name: str) -> None:
         items = runner.listing()
         gang = chaos.gang_seen(items, namespace, job_name)
     injection = plan(gang, items, run)
+    injection.steps = [step.replace("<run>", run) for step in injection.steps]
     scope = chaos.scope_of(gang, items, injection.nodes)
     before = [
         v for v in look(items, now=time.time(), timing=common.timing).violations if scope.covers(v)
@@ -216,7 +217,7 @@ def _dry_run(run: str, injection: chaos.Injection, deadline: float, output: str)
         return
     click.echo(f"dry run of {injection.experiment} (nothing is changed); it would:")
     for step in injection.steps:
-        click.echo(f"  - {step.replace('<run>', run)}")
+        click.echo(f"  - {step}")
     click.echo(f"and expect within {deadline:.0f}s: {', '.join(expect)}")
     click.echo(f"then undo it all (labelled {chaos.LABEL}={run})")
     for note in injection.notes:
