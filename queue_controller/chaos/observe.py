@@ -90,14 +90,16 @@ def gang_seen(items: Iterable[Located], namespace: str, name: str) -> GangSeen:
 def read_gang(gateway: gw.Gateway, namespace: str, name: str) -> GangSeen:
     """The gang, read on its own: three requests, cheap enough to poll often."""
 
-    def one(kind: gw.Resource) -> Obj | None:
-        try:
-            return gateway.get(kind, namespace, name)
-        except gw.NotFound:
-            return None
-
+    try:
+        job: Obj | None = gateway.get(gw.JOB, namespace, name)
+    except gw.NotFound:
+        job = None
+    try:
+        group: Obj | None = gateway.get(gw.POD_GROUP, namespace, name)
+    except gw.NotFound:
+        group = None
     pods = gateway.list(gw.POD, namespace=namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
-    return _gang(namespace, name, one(gw.JOB), one(gw.POD_GROUP), pods)
+    return _gang(namespace, name, job, group, pods)
 
 
 def _gang(

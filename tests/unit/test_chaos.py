@@ -109,7 +109,7 @@ class MemoryGateway(gw.Gateway):
             raise gw.NotFound(404, name)
         return json.loads(json.dumps(self.nodes[name]))
 
-    def list(self, kind: gw.Resource) -> list[dict[str, Any]]:
+    def list(self, kind: gw.Resource, **_: str) -> list[dict[str, Any]]:
         return list(self.nodes.values()) if kind is gw.NODE else []
 
     def patch(
