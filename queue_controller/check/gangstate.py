@@ -26,7 +26,9 @@ class GangState:
     holds: bool
     running: tuple[MemberPod, ...]  # live members in phase Running on a node
     live: tuple[MemberPod, ...]  # members neither terminated nor being deleted
-    started: float | None  # when it was last released (Job startTime), else its first member
+    # When it was last released (Job startTime), else its first member; or, later, when
+    # its newest member not yet running was made.
+    started: float | None
     need: dict[str, int]  # its quota charge, by the core's rules
     evicted_at: float | None  # the PodGroup's Evicted condition, while not readmitted
 
@@ -50,6 +52,20 @@ def gang_state(view: GangView, priorities: PriorityTable) -> GangState:
     created = [pod.created for pod in live if pod.created > 0]  # 0: not recorded
     if started is None and created:
         started = min(created)
+    # A member made again after the gang started (its owner replaced a lost one) restarts
+    # the count: the gang was whole until then as far as the objects tell, and the
+    # controller's timeout for lost members runs from the loss too.  Without this a gang
+    # that ran for hours and lost a member would count as partially placed for hours.
+    waiting = [p.created for p in live if p.created > 0 and p.phase not in ("Running", "Succeeded")]
+    if started is not None and waiting:
+        started = max(started, max(waiting))
+    # A member gone with none made again yet (its owner backs off, or the pod waits for
+    # the garbage collector of a lost node) leaves no object to date the loss by; the
+    # controller's own MembersLost mark does, and its timeout runs from there.  A
+    # controller that never marks it is judged from the start, as before.
+    lost = _members_lost_at(view)
+    if started is not None and lost is not None:
+        started = max(started, lost)
     prepared = prepare(view.workload, priorities)
     need = prepared.need() if not prepared.error else {}
     return GangState(view, holds, running, live, started, need, _evicted_at(view))
@@ -66,4 +82,14 @@ def _evicted_at(view: GangView) -> float | None:
     if admitted is not None and admitted.status == "True":
         return None  # readmitted since
     moment = evicted.lastTransitionTime
+    return epoch_seconds(moment) if moment is not None else None
+
+
+def _members_lost_at(view: GangView) -> float | None:
+    if view.group is None:
+        return None
+    ready = view.group.status.condition("PodsReady")
+    if ready is None or ready.status != "False" or ready.reason != "MembersLost":
+        return None
+    moment = ready.lastTransitionTime
     return epoch_seconds(moment) if moment is not None else None

@@ -2,7 +2,8 @@
 
 Counted from Pods, Nodes and the workloads' own objects (:mod:`.gangstate`);
 the controller's status is read only for what it alone knows: what it planned
-(``placement``) and that it evicted (the ``Evicted`` condition).  The quota
+(``placement``), that it evicted (the ``Evicted`` condition), and when it saw
+members lost (``PodsReady``/``MembersLost``, which only ever postpones a verdict).  The quota
 rules are the core's (``core/quota.py``: what is guaranteed, what is lendable),
 and a gang's charge is the core's (``Prepared.need``).
 """

@@ -11,6 +11,7 @@ import sys
 import click
 
 from queue_controller import __version__
+from queue_controller.cli.chaos import chaos_group
 from queue_controller.cli.check import check
 from queue_controller.cli.history import history
 from queue_controller.cli.localcluster import local_cluster
@@ -36,6 +37,7 @@ def cli() -> None:
 
 cli.add_command(plan)
 cli.add_command(check)
+cli.add_command(chaos_group, name="chaos")
 cli.add_command(run)
 cli.add_command(local_cluster)
 cli.add_command(history)

@@ -103,7 +103,12 @@ import click
 @click.option(
     "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="[QC_LOG_LEVEL]"
 )
-def run(**flags: object) -> None:
+# Hidden: a fault injected on purpose so that tests can prove `check` and `chaos`
+# catch a broken controller.  Not for production, and not in the chart.
+@click.option(
+    "--fault", "faults", type=click.Choice(["skip-evictions"]), multiple=True, hidden=True
+)
+def run(faults: tuple[str, ...] = (), **flags: object) -> None:
     """Run the controller: hold queued Jobs suspended, admit whole gangs where they fit,
     place them exactly, and evict and requeue gangs left partially placed.
 
@@ -114,6 +119,8 @@ def run(**flags: object) -> None:
     from queue_controller.controller import settings as settings_module
     from queue_controller.controller.operator import run as run_operator
 
+    if "skip-evictions" in faults:
+        flags["fault_skip_evictions"] = True
     settings = settings_module.load(**flags)
     logging.basicConfig(
         level=settings.log_level,

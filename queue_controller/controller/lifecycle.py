@@ -75,6 +75,8 @@ class Signals:
 @dataclass(frozen=True)
 class Planner:
     default_timeout_seconds: int
+    # The test-only fault QC_FAULT_SKIP_EVICTIONS: every eviction is dropped.
+    skip_evictions: bool = False
 
     def plan(
         self,
@@ -95,6 +97,8 @@ class Planner:
             out.extend(self._gang(gang, decisions.get(gang.key), now, signals))
         out.extend(_orphans(seen, now))
         out.extend(summaries(seen, result))
+        if self.skip_evictions:
+            return [a for a in out if not isinstance(a, act.Evict)]
         return out
 
     def _gang(

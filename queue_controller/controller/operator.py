@@ -126,9 +126,13 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     log.info("metrics and health on %s:%d", settings.metrics_host, server.port)
 
     dcgm = _dcgm_source(settings, gateway, metrics)
+    if settings.fault_skip_evictions:
+        log.warning("TEST-ONLY FAULT: evictions are turned off (QC_FAULT_SKIP_EVICTIONS)")
     scheduling = SchedulingLoop(
         state=state,
-        planner=Planner(settings.pods_ready_timeout_seconds),
+        planner=Planner(
+            settings.pods_ready_timeout_seconds, skip_evictions=settings.fault_skip_evictions
+        ),
         applier=Applier(gateway, state, journal, metrics, clock=time.time),
         leadership=leadership,
         metrics=metrics,

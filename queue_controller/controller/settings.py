@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     idle_window_seconds: float = Field(
         default=1800.0, gt=0, description="How long a gang's GPUs must idle before it is flagged."
     )
+    # A fault injected on purpose, for tests only: a controller that never evicts is how
+    # `check` and `chaos` prove they catch a broken controller.  Never in the chart.
+    fault_skip_evictions: bool = Field(
+        default=False,
+        description="TEST-ONLY fault: plan no eviction at all (timeouts, lost members, "
+        "GPU faults, preemption).  Breaks the controller on purpose.",
+    )
 
     @property
     def dcgm_targets(self) -> tuple[str, ...]:

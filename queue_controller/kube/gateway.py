@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from queue_controller.errors import QueueControllerError
 from queue_controller.kube.resources import (
+    CONFIG_MAP,
     EVENT,
     JOB,
     NODE,
@@ -39,6 +40,7 @@ from queue_controller.kube.resources import (
 )
 
 __all__ = [
+    "CONFIG_MAP",
     "EVENT",
     "JOB",
     "NODE",
@@ -154,12 +156,15 @@ class Gateway:
 
     # -- reading ------------------------------------------------------------------
 
-    def list(self, kind: Resource) -> list[Obj]:
-        """Every object of a kind, in all namespaces, each with its kind and apiVersion."""
+    def list(self, kind: Resource, *, namespace: str = "", label_selector: str = "") -> list[Obj]:
+        """Every object of a kind, in all namespaces (or one), each with its kind and
+        apiVersion; only those that match ``label_selector`` when one is given."""
         items: list[Obj] = []
         query: dict[str, str] = {"limit": "500"}
+        if label_selector:
+            query["labelSelector"] = label_selector
         while True:
-            page = self._request("GET", kind.path(), query=query)
+            page = self._request("GET", kind.path(namespace), query=query)
             for item in page.get("items", []):
                 item["kind"], item["apiVersion"] = kind.kind, kind.api_version
                 items.append(item)

@@ -63,6 +63,8 @@ class Resource:
 NODE = Resource("v1", "Node", "nodes", False)
 POD = Resource("v1", "Pod", "pods", True)
 EVENT = Resource("v1", "Event", "events", True)
+# Not watched: only `chaos` keeps a deleted Node in one, to create it again from.
+CONFIG_MAP = Resource("v1", "ConfigMap", "configmaps", True)
 JOB = Resource("batch/v1", "Job", "jobs", True)
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
 TEAM_QUOTA = Resource(v1alpha1.API_VERSION, "TeamQuota", "teamquotas", False)

@@ -143,6 +143,26 @@ def test_a_gang_partly_placed_past_its_timeout() -> None:
     assert violations(objects, now=NOW - 36) == []
 
 
+def test_a_member_replaced_long_after_the_start_counts_from_its_replacement() -> None:
+    objects = healthy()
+    late = find(objects, "Pod", "train-1")
+    late["status"]["phase"] = "Pending"  # made again 10s ago, after a loss
+    late["spec"].pop("nodeName")
+    late["metadata"]["creationTimestamp"] = iso(10)
+    assert violations(objects) == []
+    assert violations(objects, now=NOW + 56) == [("PartiallyPlacedTooLong", ("Job ns/train",))]
+
+
+def test_a_member_lost_counts_from_the_controller_s_members_lost_mark() -> None:
+    objects = [o for o in healthy() if o["metadata"]["name"] != "train-1"]  # gone, not yet made
+    status = find(objects, "PodGroup", "train")["status"]
+    lost = {"type": "PodsReady", "status": "False", "reason": "MembersLost"}
+    status["conditions"] = [{**lost, "lastTransitionTime": iso(10)}]
+    assert violations(objects) == []
+    status["conditions"] = []  # a controller that never noticed: judged from the start
+    assert violations(objects) == [("PartiallyPlacedTooLong", ("Job ns/train",))]
+
+
 def test_an_evicted_gang_that_still_runs() -> None:
     objects = healthy()
     status = find(objects, "PodGroup", "train")["status"]

@@ -162,12 +162,20 @@ class FakeGateway(gw.Gateway):
 
     # -- the Gateway's methods ----------------------------------------------------------
 
-    def list(self, kind: gw.Resource) -> list[Obj]:
-        with self._serve(Call("list", kind, "", "")):
+    def list(
+        self, kind: gw.Resource, *, namespace: str = "", label_selector: str = ""
+    ) -> list[Obj]:
+        # Selectors are equality only (key=value, comma-separated), as the callers use them.
+        wanted = dict(p.split("=", 1) for p in label_selector.split(",") if p)
+        with self._serve(Call("list", kind, namespace, "")):
             return [
                 {**copy.deepcopy(o), "kind": kind.kind, "apiVersion": kind.api_version}
                 for key, o in sorted(self._objects.items())
                 if key[0] == kind.kind
+                and (not namespace or o.get("metadata", {}).get("namespace") == namespace)
+                and all(
+                    o.get("metadata", {}).get("labels", {}).get(k) == v for k, v in wanted.items()
+                )
             ]
 
     def get(self, kind: gw.Resource, namespace: str, name: str) -> Obj:

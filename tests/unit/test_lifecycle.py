@@ -421,3 +421,20 @@ def test_the_room_a_preemptor_holds_is_read_back_from_its_pod_group() -> None:
     state.upsert({**admitted, "metadata": {**admitted["metadata"], "resourceVersion": "12"}})
     (gang,) = seen(state, NOW).gangs
     assert gang.workload.nominated == {}, "an admitted gang holds its placement, not a nomination"
+
+
+def test_the_test_only_fault_skip_evictions_plans_no_eviction() -> None:
+    state = ClusterState()
+    for obj in (
+        QUEUE,
+        job(suspend=False),
+        group(phase="Admitted", placement={"n1": 2}, admittedAt=iso(61)),
+        pod("a", node="n1"),
+        pod("b", node="n1", phase="Pending"),
+    ):
+        state.upsert(obj)
+    broken = Planner(300, skip_evictions=True)
+    actions = broken.plan(seen(state, NOW), CycleResult((), {}), now=NOW)
+    assert not [a for a in actions if isinstance(a, act.Evict)]
+    healthy = Planner(300).plan(seen(state, NOW), CycleResult((), {}), now=NOW)
+    assert [a for a in healthy if isinstance(a, act.Evict)]

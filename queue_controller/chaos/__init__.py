@@ -1,0 +1,32 @@
+"""``queue-controller chaos``: break one admitted gang on purpose, watch the controller
+recover with ``check`` running throughout, and undo the break whatever happens."""
+
+from queue_controller.chaos.experiments import (
+    Injection,
+    gang_node,
+    gpu_fault,
+    node_loss,
+    partial_placement,
+)
+from queue_controller.chaos.marks import LABEL, TAINT_KEY, new_run_id, undo
+from queue_controller.chaos.observe import PHASES, GangSeen, gang_seen
+from queue_controller.chaos.runner import Outcome, Runner, Scope, scope_of
+
+__all__ = [
+    "LABEL",
+    "PHASES",
+    "TAINT_KEY",
+    "GangSeen",
+    "Injection",
+    "Outcome",
+    "Runner",
+    "Scope",
+    "gang_node",
+    "gang_seen",
+    "gpu_fault",
+    "new_run_id",
+    "node_loss",
+    "partial_placement",
+    "scope_of",
+    "undo",
+]

@@ -1,0 +1,196 @@
+"""One chaos run: inject, watch the recovery with ``check`` at every poll, undo, judge.
+
+The undo runs in ``finally``, and SIGTERM is turned into the same interruption
+as Ctrl-C, so a run that ends in any way short of SIGKILL leaves the cluster
+as it found it; one that is killed leaves its labels for ``chaos cleanup``.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+
+from queue_controller.chaos.experiments import Injection
+from queue_controller.chaos.marks import Marks, undo
+from queue_controller.chaos.observe import GangSeen, Mark, Timeline, read_gang
+from queue_controller.check import Timing, Violation, Watch, cluster_objects, look
+from queue_controller.kube import gateway as gw
+from queue_controller.kube.fields import get
+from queue_controller.kube.snapshot import Located
+
+Say = Callable[[str], None]
+QUICK = 0.2  # seconds between reads of the gang itself
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM during a run: undo, then stop."""
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class Outcome:
+    run: str
+    injection: Injection
+    timeline: Timeline
+    deadline: float  # seconds after injection
+    violations: list[Violation] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    undone: list[str] = field(default_factory=list)
+    interrupted: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not (self.violations or self.problems or self.interrupted)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "experiment": self.injection.experiment,
+            "run": self.run,
+            "injected": self.injection.steps,
+            "nodes": list(self.injection.nodes),
+            "timeline": [m.as_dict() for m in self.timeline.marks],
+            "expectedWithinSeconds": round(self.deadline, 1),
+            "violations": [v.as_dict() for v in self.violations],
+            "problems": self.problems,
+            "undone": self.undone,
+            "interrupted": self.interrupted or None,
+            "passed": self.passed,
+        }
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The objects whose broken invariants fail the run (others are not its doing)."""
+
+    names: frozenset[str]
+    everything: bool = False
+
+    def covers(self, violation: Violation) -> bool:
+        return self.everything or any(o in self.names for o in violation.objects)
+
+
+def scope_of(gang: GangSeen, items: list[Located], nodes: tuple[str, ...]) -> Scope:
+    names = {f"Job {gang.namespace}/{gang.name}", f"PodGroup {gang.namespace}/{gang.name}"}
+    names |= {f"Node {n}" for n in nodes}
+    queue = get(gang.group, "spec.queue", str, "") if gang.group else ""
+    for item in items:
+        obj = item.obj
+        if (
+            obj.get("kind") == "Queue"
+            and get(obj, "metadata.namespace", str, "") == gang.namespace
+            and get(obj, "metadata.name", str, "") == queue
+        ):
+            names.add(f"TeamQuota {get(obj, 'spec.teamQuota', str, '')}")
+    return Scope(frozenset(names))
+
+
+@dataclass
+class Runner:
+    gateway: gw.Gateway
+    run: str
+    timing: Timing
+    interval: float
+    say: Say
+    clock: Callable[[], float] = time.time
+
+    def listing(self) -> list[Located]:
+        return cluster_objects(self.gateway)
+
+    def execute(
+        self, injection: Injection, gang: GangSeen, scope: Scope, deadline: float
+    ) -> Outcome:
+        marks = Marks(self.gateway, self.run)
+        timeline = Timeline(self.clock(), gang.requeue_count)
+        outcome = Outcome(self.run, injection, timeline, deadline)
+        try:
+            with interruptible():
+                try:
+                    injection.act(marks)
+                finally:
+                    timeline.injected_at = self.clock()
+                    self._show(
+                        timeline.mark("injected", timeline.injected_at, "; ".join(injection.steps))
+                    )
+                self._watch(injection, gang, scope, outcome, marks)
+        except Interrupted as why:
+            outcome.interrupted = str(why)
+            self.say(f"interrupted by {why}: undoing")
+        finally:
+            outcome.undone = undo(self.gateway, run=self.run)
+            for step in outcome.undone:
+                self.say(f"undone: {step}")
+        self._judge(outcome)
+        return outcome
+
+    def _watch(
+        self, injection: Injection, gang: GangSeen, scope: Scope, outcome: Outcome, marks: Marks
+    ) -> None:
+        """The gang at a quick pace (phases pass in a second), every invariant each interval."""
+        timeline, watch = outcome.timeline, Watch()
+        settle_until: float | None = None
+        next_look = 0.0
+        while True:
+            now = self.clock()
+            for mark in timeline.observe(read_gang(self.gateway, gang.namespace, gang.name), now):
+                self._show(mark)
+            if now >= next_look:
+                next_look = now + self.interval
+                broken = self._look(scope, watch, now)
+                outcome.violations.extend(broken)
+                if broken:
+                    return  # the verdict is in; undo at once
+                if injection.keep is not None and not timeline.reached("evicted"):
+                    injection.keep(marks)
+            if all(timeline.reached(p) for p in injection.expect):
+                # One more cycle: a recovery that breaks something on its way out counts.
+                settle_until = settle_until or now + self.timing.cycle_seconds
+                if now >= settle_until:
+                    return
+            elif now - timeline.injected_at > outcome.deadline:
+                return
+            time.sleep(QUICK)
+
+    def _look(self, scope: Scope, watch: Watch, now: float) -> list[Violation]:
+        result = look(self.listing(), now=now, timing=self.timing)
+        new, _ = watch.update(result.violations, now)
+        broken = [v for v in watch.current(tuple(new)) if scope.covers(v)]
+        for violation in broken:
+            self.say(f"broken: {violation.invariant.value}: {violation.message}")
+        return broken
+
+    def _show(self, mark: Mark | None) -> None:
+        if mark is not None:
+            self.say(f"{mark.seconds:7.1f}s  {mark.phase:<11} {mark.detail}")
+
+    def _judge(self, outcome: Outcome) -> None:
+        timeline, injection = outcome.timeline, outcome.injection
+        missing = [p for p in injection.expect if not timeline.reached(p)]
+        if missing and not outcome.violations and not outcome.interrupted:
+            outcome.problems.append(
+                f"not recovered within {outcome.deadline:.0f}s: never {', '.join(missing)}"
+            )
+        evicted = next((m for m in timeline.marks if m.phase == "evicted"), None)
+        reason = evicted.detail.split(":", 1)[0] if evicted else ""
+        if evicted and injection.reasons and reason not in injection.reasons:
+            outcome.problems.append(
+                f"evicted for {reason}, expected {' or '.join(injection.reasons)}"
+            )
+        placed_on = [n for n in injection.avoid if n in timeline.placement]
+        if placed_on:
+            outcome.problems.append(f"readmitted onto {', '.join(placed_on)}, which it broke")

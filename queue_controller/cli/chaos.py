@@ -1,0 +1,165 @@
+"""``queue-controller chaos``: prove on a real cluster that the controller recovers."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from queue_controller import chaos
+from queue_controller.cli.chaosrun import (
+    Common,
+    common_options,
+    gateway_for,
+    job_on,
+    run_experiment,
+    with_common,
+)
+from queue_controller.cli.options import output_option
+from queue_controller.errors import InputError
+from queue_controller.kube.fields import get
+from queue_controller.kube.snapshot import Located
+
+
+@click.group()
+def chaos_group() -> None:
+    """Break one admitted gang on purpose and prove the controller recovers.
+
+    \b
+    Safe by default: it touches only the Job, pods and nodes it is given (or
+    that hold that Job's members), --dry-run shows what it would do, and it
+    undoes its change when it ends or is interrupted (SIGINT, SIGTERM).  What
+    it touches carries the label queue-controller.io/chaos-run=<run>, so that
+    `chaos cleanup` undoes a run that was killed.
+
+    It runs every `check` invariant at each look, prints the recovery's
+    timeline (injected, evicted, quota back, requeued, readmitted) in seconds
+    since the injection, and exits 0 only if the gang recovered in time and
+    no invariant broke; 1 otherwise, naming what broke; 130 if interrupted.
+    """
+
+
+@chaos_group.command("partial-placement")
+@click.option("--job", required=True, metavar="NS/NAME", help="An admitted, queued Job.")
+@click.option(
+    "--members",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many of its members never start.",
+)
+@common_options
+@with_common
+def partial_placement(common: Common, *, job: str, members: int) -> None:
+    """Stop some members of an admitted gang from ever starting.
+
+    \b
+    Taints their planned nodes queue-controller.io/chaos:NoSchedule and deletes
+    those members already there, so that their replacements cannot land.
+    Expects: evicted at the gang's timeout (PodsReadyTimeout or MembersLost),
+    its quota back with no member left alive, requeued, and readmitted on
+    other nodes.
+    """
+
+    def plan(gang: chaos.GangSeen, _items: list[Located], _run: str) -> chaos.Injection:
+        return chaos.partial_placement(gang, members=members)
+
+    run_experiment(common, job, plan, "partial-placement")
+
+
+@chaos_group.command("node-loss")
+@click.option("--node", metavar="NODE", help="A node that holds members of the gang.")
+@click.option("--job", metavar="NS/NAME", help="The gang (default: the one on --node).")
+@click.option(
+    "--keep-in",
+    metavar="NAMESPACE",
+    help="Where the ConfigMap that keeps the deleted Node goes [default: the Job's].",
+)
+@common_options
+@with_common
+def node_loss(common: Common, *, node: str | None, job: str | None, keep_in: str | None) -> None:
+    """Delete a node that holds gang members, as a machine that is gone.
+
+    \b
+    The cluster deletes its pods (the pod garbage collector, after about 40 s);
+    expects the gang evicted whole, requeued, and readmitted on other nodes.
+    Undone by creating the Node again as it was (kwok, or a kubelet that
+    registers it again, brings it back Ready).
+    """
+    if node is None and job is None:
+        raise InputError("give --node or --job", field="--node")
+    gateway = gateway_for(common.kubeconfig)
+    target = job or job_on(gateway, node or "")
+
+    def plan(gang: chaos.GangSeen, items: list[Located], _run: str) -> chaos.Injection:
+        name = chaos.gang_node(gang, node)
+        obj = next(
+            i.obj
+            for i in items
+            if i.obj.get("kind") == "Node" and get(i.obj, "metadata.name", str, "") == name
+        )
+        return chaos.node_loss(gang, obj, keep_in=keep_in or gang.namespace)
+
+    run_experiment(common, target, plan, "node-loss")
+
+
+@chaos_group.command("gpu-fault")
+@click.option("--node", required=True, metavar="NODE", help="A node that holds gang members.")
+@click.option("--job", metavar="NS/NAME", help="The gang (default: the one on --node).")
+@click.option("--xid", default=79, show_default=True, type=int, help="The XID to report.")
+@click.option(
+    "--gpu",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="The GPU index to report it on.",
+)
+@common_options
+@with_common
+def gpu_fault(common: Common, *, node: str, job: str | None, xid: int, gpu: int) -> None:
+    """Publish a GPU failure on a node, in the Node health format the node agent uses.
+
+    \b
+    Sets GPUHealthy=False and the queue-controller.io/gpu-health annotation
+    naming the GPU and its XID.  Expects the gang on it evicted with
+    GPUUnhealthy, its quota back, requeued and readmitted on healthy GPUs.
+    Undone by putting the node's health back as it was.
+    """
+    gateway = gateway_for(common.kubeconfig)
+    target = job or job_on(gateway, node)
+
+    def plan(gang: chaos.GangSeen, items: list[Located], run: str) -> chaos.Injection:
+        if gang.phase not in ("Admitted", "Running"):
+            raise InputError(f"Job {target} is not admitted: nothing to break", field="--job")
+        name = chaos.gang_node(gang, node)
+        obj = next(
+            i.obj
+            for i in items
+            if i.obj.get("kind") == "Node" and get(i.obj, "metadata.name", str, "") == name
+        )
+        return chaos.gpu_fault(obj, gpu=gpu, xid=xid, run=run, now=time.time())
+
+    run_experiment(common, target, plan, "gpu-fault")
+
+
+@chaos_group.command("cleanup")
+@click.option("--run", "run", metavar="ID", help="Only this run's changes [default: every run's].")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path),
+    help="Default: in-cluster, then ~/.kube/config.",
+)
+@click.option("--dry-run", is_flag=True, help="Print what it would undo, and undo nothing.")
+@output_option()
+def cleanup(*, run: str | None, kubeconfig: Path | None, dry_run: bool, output: str) -> None:
+    """Undo what chaos runs left behind (a run that was killed), found by their label."""
+    done = chaos.undo(gateway_for(kubeconfig), run=run, dry_run=dry_run)
+    if output == "json":
+        click.echo(json.dumps({"dryRun": dry_run, "undone": done}, indent=2))
+        return
+    for step in done:
+        click.echo(("would " if dry_run else "") + step)
+    if not done:
+        click.echo("nothing left by a chaos run")

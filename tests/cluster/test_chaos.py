@@ -1,0 +1,217 @@
+"""``queue-controller chaos`` on the real local control plane, as an operator runs it.
+
+Each experiment breaks one admitted 2-pod GPU Job pinned to three H100 nodes,
+and the command itself (a subprocess) must see the controller recover and
+leave the cluster as it found it.  The same experiment against a controller
+started with the test-only fault ``--fault skip-evictions`` must fail and name
+the broken invariant.  Each test prints its timeline (pytest -s shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from queue_controller.chaos import LABEL, TAINT_KEY
+from tests.cluster.conftest import Cluster
+from tests.cluster.controller_harness import ROOT, ControllerProcess
+from tests.cluster.workloads import Objects, create, eventually, h100, job, running_on
+
+pytestmark = pytest.mark.cluster
+CLI = str(ROOT / ".venv/bin/queue-controller")
+
+
+def chaos(cluster: Cluster, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [CLI, "chaos", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    print(result.stdout, result.stderr)
+    return result
+
+
+def start_chaos(cluster: Cluster, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """A run in the background, once it has injected: (process, run id)."""
+    process = subprocess.Popen(
+        [CLI, "chaos", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    run = ""
+    for line in process.stdout:
+        print(line, end="")
+        found = re.match(r"chaos run (\S+):", line)
+        run = found.group(1) if found else run
+        if "injected" in line:
+            return process, run
+    raise AssertionError(f"the run ended before injecting ({process.wait()})")
+
+
+def admitted_gang(
+    cluster: Cluster, namespace: str, objects: Objects, nodes: list[str], timeout: int
+) -> dict[str, object]:
+    objects.queue("q", objects.team_quota(64), timeout=timeout)
+    create(cluster, namespace, job("gang", queue="q", gpus=8, pods=2, nodes=nodes, backoff_limit=4))
+    return eventually(lambda: objects.phase("gang", "Running"), what="the gang to run")
+
+
+def chaos_marks(cluster: Cluster) -> list[str]:
+    """Every node that still carries a chaos label or taint."""
+    return [
+        node.metadata.name
+        for node in cluster.core.list_node().items
+        if LABEL in (node.metadata.labels or {})
+        or any(t.key == TAINT_KEY for t in node.spec.taints or [])
+    ]
+
+
+@pytest.fixture
+def faulty(cluster: Cluster, controller: ControllerProcess) -> Iterator[ControllerProcess]:
+    """The session's controller swapped for one that never evicts, then back."""
+    controller.stop()
+    broken = ControllerProcess(
+        kubeconfig=controller.kubeconfig,
+        journal=controller.journal,
+        logs=controller.logs,
+        identity="qc-no-evictions",
+        extra_args=(*controller.extra_args, "--fault", "skip-evictions"),
+    )
+    broken.start()
+    try:
+        yield broken
+    finally:
+        broken.stop()
+        controller.start()
+
+
+def test_partial_placement_recovers_and_prints_the_timeline(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    nodes = h100(4, 5, 6)
+    admitted_gang(cluster, namespace, objects, nodes, timeout=5)
+    result = chaos(cluster, "partial-placement", "--job", f"{namespace}/gang", "--members", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for phase in ("injected", "evicted", "quota back", "requeued", "readmitted"):
+        assert re.search(rf"^{phase}\s+\d+\.\ds", out, re.M), f"no {phase} in the timeline"
+    assert "recovered in" in out
+    assert "every invariant held" in out
+    assert chaos_marks(cluster) == []
+    # Readmitted off the tainted node, and it runs whole there.
+    tainted = re.search(r"taint Node (\S+)", out)
+    assert tainted is not None
+    running = eventually(
+        lambda: (r := running_on(cluster, namespace, "gang")) and sum(r.values()) == 2 and r,
+        what="the gang to run again",
+    )
+    assert tainted.group(1) not in running
+
+
+def test_partial_placement_against_a_controller_that_never_evicts_names_the_invariant(
+    cluster: Cluster, namespace: str, objects: Objects, faulty: ControllerProcess
+) -> None:
+    admitted_gang(cluster, namespace, objects, h100(4, 5, 6), timeout=5)
+    result = chaos(
+        cluster, "partial-placement", "--job", f"{namespace}/gang", "-o", "json", "--members", "1"
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    broken = {v["invariant"] for v in report["violations"]}
+    assert broken & {"PartiallyPlacedTooLong", "EvictedStillHolding"}, report
+    assert report["passed"] is False
+    assert [m["phase"] for m in report["timeline"]] == ["injected"]
+    assert chaos_marks(cluster) == []
+
+
+def test_dry_run_changes_nothing(cluster: Cluster, namespace: str, objects: Objects) -> None:
+    admitted_gang(cluster, namespace, objects, h100(4, 5, 6), timeout=5)
+    before = running_on(cluster, namespace, "gang")
+    result = chaos(cluster, "partial-placement", "--job", f"{namespace}/gang", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "taint Node h100-000" in result.stdout
+    assert "delete Pod" in result.stdout
+    time.sleep(2)
+    assert chaos_marks(cluster) == []
+    assert running_on(cluster, namespace, "gang") == before
+
+
+def test_sigint_undoes_and_cleanup_undoes_a_killed_run(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    # A long timeout: the runs are stopped long before the controller would act.
+    admitted_gang(cluster, namespace, objects, h100(4, 5, 6), timeout=120)
+    args = ("partial-placement", "--job", f"{namespace}/gang")
+    process, _ = start_chaos(cluster, *args)
+    assert chaos_marks(cluster) != []
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    assert chaos_marks(cluster) == []
+
+    eventually(
+        lambda: sum(running_on(cluster, namespace, "gang").values()) == 2 or None,
+        what="the gang whole again (its Job replaces the deleted member after a backoff)",
+    )
+    process, run = start_chaos(cluster, *args)
+    process.kill()
+    process.wait()
+    left = chaos_marks(cluster)
+    assert left != [], "a killed run cannot undo: its marks stay"
+    result = chaos(cluster, "cleanup", "--run", run)
+    assert result.returncode == 0
+    assert f"remove taint {TAINT_KEY} from Node {left[0]}" in result.stdout
+    assert chaos_marks(cluster) == []
+    assert "nothing left" in chaos(cluster, "cleanup").stdout
+
+
+def test_gpu_fault_evicts_with_gpu_unhealthy_and_readmits_on_healthy_gpus(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    first = admitted_gang(cluster, namespace, objects, h100(0, 1, 2), timeout=5)
+    node = sorted(first["status"]["placement"])[0]  # type: ignore[index]
+    result = chaos(cluster, "gpu-fault", "--node", node, "--xid", "79")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^evicted\s+\S+\s+GPUUnhealthy", result.stdout, re.M)
+    assert "readmitted" in result.stdout
+    restored = cluster.core.read_node(node)
+    assert "queue-controller.io/gpu-health" not in (restored.metadata.annotations or {})
+    assert all(c.type != "GPUHealthy" for c in restored.status.conditions)
+    assert chaos_marks(cluster) == []
+
+
+def test_node_loss_evicts_the_gang_whole_and_the_node_comes_back(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    first = admitted_gang(cluster, namespace, objects, h100(1, 2, 3), timeout=5)
+    node = sorted(first["status"]["placement"])[0]  # type: ignore[index]
+    result = chaos(cluster, "node-loss", "--job", f"{namespace}/gang", "--node", node)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "readmitted" in result.stdout
+
+    def ready() -> bool | None:
+        try:
+            found = cluster.core.read_node(node)
+        except ApiException:
+            return None
+        return (
+            any(c.type == "Ready" and c.status == "True" for c in found.status.conditions) or None
+        )
+
+    eventually(ready, timeout=60, what="the node to come back Ready")
+    assert chaos_marks(cluster) == []
+    assert not [
+        c
+        for c in cluster.core.list_namespaced_config_map(namespace).items
+        if LABEL in (c.metadata.labels or {})
+    ]
