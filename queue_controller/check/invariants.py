@@ -205,10 +205,12 @@ def _evicted_still_holding(
         if now <= limit or not (gang.holds or gang.running):
             continue
         what = []
-        if gang.holds:
-            what.append("still holds its quota (it runs unheld)")
+        if not gang.view.gang.facts.held and not gang.view.gang.facts.finished:
+            what.append("it is released again (not held) without an admission")
         if gang.running:
             what.append(f"{len(gang.running)} members still run")
+        elif gang.holds:
+            what.append("members bound to nodes still hold its quota")
         yield Violation(
             Invariant.EVICTED_STILL_HOLDING,
             (gang.name, *sorted(f"Pod {p.ref.namespace}/{p.ref.name}" for p in gang.running)),

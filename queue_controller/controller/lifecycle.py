@@ -35,7 +35,7 @@ from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.gangs import GangView
 from queue_controller.kube.resources import POD_GROUP
 from queue_controller.kube.snapshot import Translation
-from queue_controller.kube.views import MemberPod, Ref
+from queue_controller.kube.views import Delete, MemberPod, Ref, Write
 
 HOLDING = frozenset({PodGroupPhase.ADMITTED, PodGroupPhase.RUNNING})
 # A PodGroup whose gang has gone (every member pod deleted, no owner to make
@@ -146,6 +146,9 @@ class Planner:
         if not facts.held:
             writes = tuple(gang.kind.hold(gang.gang))
             return [*out, act.HoldUnadmitted(subject=who, writes=writes)] if writes else out
+        stray = _stray(gang)
+        if stray:
+            out.append(act.HoldUnadmitted(subject=who, writes=stray))
         if decision is None:
             return out
         if decision.verdict is Verdict.PREEMPT:
@@ -326,6 +329,20 @@ class Planner:
             partial_since=since,
             preemption=preemption,
         )
+
+
+def _stray(gang: GangView) -> tuple[Write, ...]:
+    """Members running although their gang is held by its head (a suspended Job).
+
+    The Job controller deletes a suspended Job's pods, but one that lags can
+    create a pod from the unsuspended Job it last saw, after our eviction
+    suspended it; that pod runs on GPUs nobody admitted.  Deleted here, as the
+    eviction would have, rather than left to the Job controller's next sync.
+    Kinds that hold each member by its gate hold no bound member this way.
+    """
+    if gang.kind.held_until_bound:
+        return ()
+    return tuple(Delete(ref=pod.ref) for pod in gang.live_pods if pod.node_name)
 
 
 def _holding(gang: GangView) -> tuple[MemberPod, ...]:

@@ -172,6 +172,23 @@ def test_a_queued_job_running_without_admission_is_suspended() -> None:
     assert deleted == ["a"]  # only live pods
 
 
+def test_a_pod_a_lagging_job_controller_made_after_the_suspend_is_deleted() -> None:
+    # Suspended (evicted and requeued), yet one member runs: made from the Job as the
+    # Job controller last saw it, unsuspended.  Nothing admitted it.
+    (stray,) = plan(
+        job(suspend=True),
+        group(phase="Pending"),
+        pod("late", node="n1"),
+        pod("going", node="n1", phase="Failed"),
+    )
+    assert isinstance(stray, act.HoldUnadmitted)
+    assert [(type(w), w.ref.name) for w in stray.writes] == [(Delete, "late")]
+
+
+def test_a_held_job_with_no_member_running_is_left_alone() -> None:
+    assert plan(job(suspend=True), group(phase="Pending"), pod("gated", gated=True)) == []
+
+
 def test_admission_interrupted_before_unsuspend_is_resumed() -> None:
     (resume,) = plan(job(), group(phase="Admitted", placement={"n1": 2}, admittedAt=iso(5)))
     assert isinstance(resume, act.ResumeAdmission)
