@@ -42,7 +42,7 @@ from queue_controller.kube.gangs import (
     workload_of,
 )
 from queue_controller.kube.kinds import WorkloadKind
-from queue_controller.kube.resources import POD_GROUP, QUEUE, TEAM_QUOTA
+from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
 from queue_controller.kube.views import MemberPod, Ref, member_pod, ref_of
 
 SUPPORTED_KINDS = {(r.api_version, r.kind) for r in kinds.WATCHED}
@@ -106,14 +106,20 @@ def _status(obj: Obj) -> dict[str, object]:
 
 
 def phase_writer(obj: Obj) -> str | None:
-    """The field manager that owns status.phase (metadata.managedFields), if the object says."""
+    """The field manager that owns status.phase (metadata.managedFields), if the object says.
+
+    Where several own it (server-side apply shares a field between appliers that set the
+    same value), any that is not the controller is the answer.
+    """
+    owners: list[str] = []
     for entry in objects_of(obj, "metadata.managedFields"):
         fields = entry.get("fieldsV1")
         status = fields.get("f:status") if isinstance(fields, dict) else None
         if isinstance(status, dict) and "f:phase" in status:
             manager = entry.get("manager")
-            return manager if isinstance(manager, str) else ""
-    return None
+            owners.append(manager if isinstance(manager, str) else "")
+    others = [m for m in owners if m != FIELD_MANAGER]
+    return others[0] if others else (FIELD_MANAGER if owners else None)
 
 
 def _collect_one(item: Located, into: _Collected) -> None:

@@ -75,6 +75,12 @@ def test_the_phase_writer_is_read_from_managed_fields() -> None:
         {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:spec": {}}}
     ]
     assert phase_writer(spec_only) is None
+    shared = admitted(FIELD_MANAGER)
+    shared["metadata"]["managedFields"].append(
+        {"manager": "ops", "operation": "Apply", "subresource": "status",
+         "fieldsV1": {"f:status": {"f:phase": {}}}}
+    )  # fmt: skip
+    assert phase_writer(shared) == "ops"
 
 
 @pytest.mark.parametrize("manager", ["kubectl-patch", "kubectl-edit", "OpenAPI-Generator"])
