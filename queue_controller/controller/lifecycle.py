@@ -121,7 +121,7 @@ class Planner:
         if gang.group is None:
             out.append(act.CreatePodGroup(subject=who, body=gang.new_group()))
         phase = gang.phase
-        if phase in HOLDING:
+        if gang.holding:
             flagged = self._gpu_signals(gang, now, signals)
             if flagged and isinstance(flagged[0], act.Evict):
                 return out + flagged

@@ -18,6 +18,7 @@ from queue_controller.core.model import ResourceQuota
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.core.resources import ONE, is_extended
+from queue_controller.kube.gangs import HOLDING_PHASES
 from queue_controller.kube.snapshot import Translation
 
 
@@ -27,7 +28,10 @@ def summaries(seen: Translation, result: CycleResult) -> list[act.Action]:
     for gang in seen.gangs:
         if gang.gang.facts.finished:
             continue
+        # A held gang's hand-written Admitted is no admission (GangView.holding).
         phase = gang.phase or PodGroupPhase.PENDING
+        if phase in HOLDING_PHASES and not gang.holding:
+            phase = PodGroupPhase.PENDING
         bucket = {PodGroupPhase.ADMITTED: "admittedGangs", PodGroupPhase.RUNNING: "runningGangs"}
         counts[gang.queue_key][bucket.get(phase, "pendingGangs")] += 1
     out: list[act.Action] = []

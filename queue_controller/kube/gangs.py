@@ -15,7 +15,7 @@ from queue_controller.api import v1alpha1
 from queue_controller.core.model import PodSet, Queue, Workload, WorkloadPhase
 from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.kinds import QUEUE_LABEL, KindGang, WorkloadKind
-from queue_controller.kube.resources import POD_GROUP
+from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP
 from queue_controller.kube.views import MemberPod, Ref
 
 # Set on every PodGroup the controller creates: which kind of gang it is for.
@@ -23,6 +23,10 @@ WORKLOAD_KIND_LABEL = "queue-controller.io/workload-kind"
 # A PodGroup in these phases holds its quota and planned nodes, even while its
 # gang is still held: the controller wrote the admission and has yet to (or
 # crashed before it could) release the gang.
+# Only the controller writes PodGroup status (the chart grants no one else a status
+# subresource), and it admits a gang by writing Admitted before it releases the gang. A held
+# gang's Admitted or Running written by any other field manager is no admission: the gang
+# stays pending and the quota check decides, so a hand-edited status cannot skip it.
 HOLDING_PHASES = frozenset({v1alpha1.PodGroupPhase.ADMITTED, v1alpha1.PodGroupPhase.RUNNING})
 
 
@@ -32,10 +36,18 @@ class GroupView:
 
     model: v1alpha1.PodGroup
     ref: Ref
+    # The field manager that wrote status.phase (metadata.managedFields), None when the
+    # object does not say (a dump, a test's object).
+    phase_writer: str | None = None
 
     @property
     def phase(self) -> v1alpha1.PodGroupPhase:
         return self.model.status.phase
+
+    @property
+    def phase_by_controller(self) -> bool:
+        """Whether the controller wrote the phase, as far as the object tells."""
+        return self.phase_writer in (None, FIELD_MANAGER)
 
     @property
     def status(self) -> v1alpha1.PodGroupStatus:
@@ -77,6 +89,11 @@ class GangView:
     @property
     def phase(self) -> v1alpha1.PodGroupPhase | None:
         return None if self.group is None else self.group.phase
+
+    @property
+    def holding(self) -> bool:
+        """Admitted: its PodGroup's phase holds its quota and planned nodes."""
+        return holds(self.group, held=self.gang.facts.held)
 
     @property
     def members(self) -> tuple[MemberPod, ...]:
@@ -188,6 +205,17 @@ def _named_for(group: GroupView, kind: WorkloadKind, head: Ref | None) -> bool:
     )
 
 
+def holds(group: GroupView | None, *, held: bool) -> bool:
+    """Whether a gang's PodGroup phase (Admitted, Running) holds its quota and planned nodes.
+
+    A gang that is still held (nothing of it released) holds them only on the controller's
+    own word: it wrote Admitted and has yet to (or crashed before it could) release the gang.
+    """
+    if group is None or group.phase not in HOLDING_PHASES:
+        return False
+    return not held or group.phase_by_controller
+
+
 def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> Workload:
     """The core's view of a gang, with what its PodGroup records."""
     facts = gang.facts
@@ -219,10 +247,9 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         placement = dict(status.placement)
         by_set = {name: dict(nodes) for name, nodes in status.podSetPlacement.items()}
         nominated = {name: dict(nodes) for name, nodes in status.nominatedPlacement.items()}
-    group_phase = group.phase if group is not None else None
     if facts.finished:
         phase = WorkloadPhase.FINISHED
-    elif group_phase in HOLDING_PHASES:
+    elif holds(group, held=facts.held):
         phase = WorkloadPhase.ADMITTED
     elif facts.held:
         phase = WorkloadPhase.PENDING

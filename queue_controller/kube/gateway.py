@@ -29,6 +29,7 @@ from queue_controller.errors import QueueControllerError
 from queue_controller.kube.resources import (
     CONFIG_MAP,
     EVENT,
+    FIELD_MANAGER,
     JOB,
     NODE,
     POD,
@@ -60,6 +61,9 @@ __all__ = [
 MERGE_PATCH = "application/merge-patch+json"
 # For lists that other writers share, merged by key (a Node's conditions by type).
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+# Every create and patch names the controller's field manager, which the API server records
+# in metadata.managedFields: how a PodGroup's status is told from a hand-written one.
+MANAGED = {"fieldManager": FIELD_MANAGER}
 Obj = dict[str, Any]
 
 
@@ -179,7 +183,7 @@ class Gateway:
     # -- writing ------------------------------------------------------------------
 
     def create(self, kind: Resource, namespace: str, body: Obj) -> Obj:
-        return self._request("POST", kind.path(namespace), body=body)
+        return self._request("POST", kind.path(namespace), body=body, query=MANAGED)
 
     def patch(
         self,
@@ -206,6 +210,7 @@ class Gateway:
             "PATCH",
             kind.path(namespace, name, subresource),
             body=patch,
+            query=MANAGED,
             content_type=STRATEGIC_MERGE_PATCH if strategic else MERGE_PATCH,
         )
 

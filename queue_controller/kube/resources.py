@@ -19,6 +19,7 @@ __all__ = [
     "COHORT",
     "CORE",
     "EVENT",
+    "FIELD_MANAGER",
     "HOSTNAME_LABEL",
     "JOB",
     "NODE",
@@ -29,6 +30,12 @@ __all__ = [
     "TEAM_QUOTA",
     "Resource",
 ]
+
+
+# The field manager of every write the controller makes (the API server records it in each
+# object's metadata.managedFields). A held gang's PodGroup phase counts as an admission only
+# when this manager wrote it (kube/gangs.py).
+FIELD_MANAGER = "queue-controller"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.errors import InputError
 from queue_controller.kube import kinds, nodehealth, objects
 from queue_controller.kube.fields import Obj, get, timestamp
+from queue_controller.kube.fields import objects as objects_of
 from queue_controller.kube.gangs import (
     WORKLOAD_KIND_LABEL,
     GangView,
@@ -41,7 +42,7 @@ from queue_controller.kube.gangs import (
     workload_of,
 )
 from queue_controller.kube.kinds import WorkloadKind
-from queue_controller.kube.resources import POD_GROUP, QUEUE, TEAM_QUOTA
+from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
 from queue_controller.kube.views import MemberPod, Ref, member_pod, ref_of
 
 SUPPORTED_KINDS = {(r.api_version, r.kind) for r in kinds.WATCHED}
@@ -104,6 +105,23 @@ def _status(obj: Obj) -> dict[str, object]:
     return dict(get(obj, "status", dict, {}))
 
 
+def phase_writer(obj: Obj) -> str | None:
+    """The field manager that owns status.phase (metadata.managedFields), if the object says.
+
+    Where several own it (server-side apply shares a field between appliers that set the
+    same value), any that is not the controller is the answer.
+    """
+    owners: list[str] = []
+    for entry in objects_of(obj, "metadata.managedFields"):
+        fields = entry.get("fieldsV1")
+        status = fields.get("f:status") if isinstance(fields, dict) else None
+        if isinstance(status, dict) and "f:phase" in status:
+            manager = entry.get("manager")
+            owners.append(manager if isinstance(manager, str) else "")
+    others = [m for m in owners if m != FIELD_MANAGER]
+    return others[0] if others else (FIELD_MANAGER if owners else None)
+
+
 def _collect_one(item: Located, into: _Collected) -> None:
     obj = item.obj
     kind = obj.get("kind")
@@ -129,7 +147,9 @@ def _collect_one(item: Located, into: _Collected) -> None:
     elif kind == "Queue":
         into.queues.append(QueueView(objects.queue(obj), ref_of(QUEUE, obj), _status(obj)))
     elif kind == "PodGroup":
-        into.groups.append(GroupView(objects.pod_group(obj), ref_of(POD_GROUP, obj)))
+        into.groups.append(
+            GroupView(objects.pod_group(obj), ref_of(POD_GROUP, obj), phase_writer(obj))
+        )
     elif isinstance(kind, str) and kind in kinds.BY_HEAD:
         if kinds.BY_HEAD[kind].is_queued(obj):  # not in a queue: not ours to hold
             into.heads[str(kind)].append(item)

@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from queue_controller.journal import read_history
+from queue_controller.kube.resources import FIELD_MANAGER
 from tests.cluster.conftest import Cluster
 from tests.cluster.controller_harness import ControllerProcess
 from tests.cluster.workloads import (
@@ -336,7 +337,8 @@ def test_restart_mid_admission_resumes_without_admitting_twice(
     controller.kill()  # as if it crashed
     try:
         # The crash came between the two writes of an admission: the PodGroup says
-        # Admitted with its placement, the Job is still suspended.
+        # Admitted with its placement, written by the controller's field manager (another
+        # writer's Admitted admits nothing: test_user_rbac.py), the Job is still suspended.
         create(
             cluster,
             namespace,
@@ -379,6 +381,7 @@ def test_restart_mid_admission_resumes_without_admitting_twice(
                     "admittedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
             },
+            field_manager=FIELD_MANAGER,
         )
         # And a queued Job created while no controller (and no webhook) was there: it ran.
         unheld = job("unheld", queue="q", gpus=1, pods=1, nodes=h100(3))

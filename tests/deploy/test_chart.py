@@ -41,7 +41,11 @@ from tests.deploy.chart import (
 
 SETTINGS = Settings.model_fields
 DEFAULT_KINDS = [
+    "ClusterRole",  # the controller's, then the user, quota-viewer and quota-admin roles
     "ClusterRole",
+    "ClusterRole",
+    "ClusterRole",
+    "ClusterRoleBinding",  # the controller's, then quota-viewer's to system:authenticated
     "ClusterRoleBinding",
     "Deployment",
     "MutatingWebhookConfiguration",
@@ -500,13 +504,13 @@ def test_gateway_issues_only_methods_this_test_maps() -> None:
 
 
 def test_cluster_role_covers_what_the_controller_does() -> None:
-    role = one(render(), "ClusterRole")
+    role = one(render(), "ClusterRole", "queue-controller")
     missing = required_rules() - granted(role)
     assert not missing, f"the ClusterRole lacks {sorted(missing)}"
 
 
 def test_cluster_role_grants_nothing_unexplained() -> None:
-    role = one(render(), "ClusterRole")
+    role = one(render(), "ClusterRole", "queue-controller")
     extra = granted(role) - required_rules() - JUSTIFIED_EXTRAS
     assert not extra, f"the ClusterRole grants {sorted(extra)}, which no code path needs"
 
@@ -540,10 +544,130 @@ def test_lease_role_is_namespaced_and_names_the_lease() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "ops"}
     ]
-    cluster_binding = one(docs, "ClusterRoleBinding")
+    cluster_binding = one(docs, "ClusterRoleBinding", "queue-controller")
     assert cluster_binding["subjects"] == binding["subjects"]
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+# -- RBAC for people (templates/user-rbac.yaml) -----------------------------------------
+
+AGGREGATE = [f"rbac.authorization.k8s.io/aggregate-to-{r}" for r in ("view", "edit", "admin")]
+READ = ["get", "list", "watch"]
+USER_ROLES = (
+    "queue-controller-user",
+    "queue-controller-quota-viewer",
+    "queue-controller-quota-admin",
+)
+
+
+def user_roles(docs: list[Doc]) -> dict[str, Doc]:
+    return {
+        d["metadata"]["name"]: d
+        for d in docs
+        if d["kind"] == "ClusterRole"
+        and d["metadata"]["name"].endswith(("-user", "-quota-viewer", "-quota-admin"))
+    }
+
+
+def aggregated_to(role: Doc) -> list[str]:
+    labels = role["metadata"]["labels"]
+    return [label for label in AGGREGATE if labels.get(label) == "true"]
+
+
+def test_user_roles_grant_what_the_readme_says() -> None:
+    roles = user_roles(render())
+    assert sorted(roles) == sorted(USER_ROLES)
+    group = ["queue-controller.io"]
+    user = roles["queue-controller-user"]
+    assert user["rules"] == [
+        {"apiGroups": group, "resources": ["queues", "podgroups"], "verbs": READ}
+    ]
+    assert aggregated_to(user) == AGGREGATE
+    viewer = roles["queue-controller-quota-viewer"]
+    assert viewer["rules"] == [
+        {"apiGroups": group, "resources": ["teamquotas", "cohorts"], "verbs": READ}
+    ]
+    assert aggregated_to(viewer) == AGGREGATE
+    admin = roles["queue-controller-quota-admin"]
+    writes = [*READ, "create", "update", "patch", "delete", "deletecollection"]
+    assert admin["rules"] == [
+        {"apiGroups": group, "resources": ["teamquotas", "cohorts", "queues"], "verbs": writes},
+        {"apiGroups": group, "resources": ["podgroups"], "verbs": READ},
+    ]
+    assert aggregated_to(admin) == []  # bound only to whom the values name
+
+
+def test_no_user_role_grants_status_podgroup_writes_or_wildcards() -> None:
+    """Only the controller writes status, and PodGroups are the controller's own."""
+    sets = (
+        "userRoles.quotaAdmin.subjects[0].kind=Group",
+        "userRoles.quotaAdmin.subjects[0].name=x",
+    )
+    for name, role in user_roles(render(*sets)).items():
+        for rule in role["rules"]:
+            assert rule["apiGroups"] == ["queue-controller.io"], name
+            assert "resourceNames" not in rule, name
+            assert "*" not in rule["verbs"] + rule["resources"], name
+            assert not [r for r in rule["resources"] if "/" in r], f"{name} grants a subresource"
+            if "podgroups" in rule["resources"]:
+                assert rule["verbs"] == READ, name
+        if name != "queue-controller-quota-admin":
+            assert all(rule["verbs"] == READ for rule in role["rules"]), name
+
+
+def test_quota_viewer_is_bound_to_every_authenticated_user_unless_turned_off() -> None:
+    binding = one(render(), "ClusterRoleBinding", "queue-controller-quota-viewer")
+    assert binding["roleRef"]["name"] == "queue-controller-quota-viewer"
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+    ]
+    docs = render("userRoles.quotaViewer.bindAuthenticated=false")
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"] == [
+        "queue-controller"
+    ]
+    assert "queue-controller-quota-viewer" in user_roles(docs)
+
+
+def test_quota_admin_is_bound_only_to_the_subjects_given() -> None:
+    assert "queue-controller-quota-admin" not in {
+        d["metadata"]["name"] for d in render() if d["kind"] == "ClusterRoleBinding"
+    }
+    docs = render(
+        "userRoles.quotaAdmin.subjects[0].kind=Group",
+        "userRoles.quotaAdmin.subjects[0].name=platform-admins",
+        "userRoles.quotaAdmin.subjects[0].apiGroup=rbac.authorization.k8s.io",
+    )
+    binding = one(docs, "ClusterRoleBinding", "queue-controller-quota-admin")
+    assert binding["roleRef"]["name"] == "queue-controller-quota-admin"
+    assert binding["subjects"] == [
+        {"kind": "Group", "name": "platform-admins", "apiGroup": "rbac.authorization.k8s.io"}
+    ]
+
+
+def test_user_roles_can_be_left_out_or_kept_out_of_the_built_in_roles() -> None:
+    docs = render("userRoles.aggregate=false")
+    assert all(aggregated_to(role) == [] for role in user_roles(docs).values())
+    docs = render("userRoles.enabled=false")
+    assert user_roles(docs) == {}
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"] == [
+        "queue-controller"
+    ]
+
+
+def test_user_roles_are_named_for_the_release() -> None:
+    names = sorted(user_roles(render(release="gpu-queue")))
+    assert names == [
+        n.replace("queue-controller", "gpu-queue-queue-controller") for n in sorted(USER_ROLES)
+    ]
+
+
+def test_every_user_rbac_rule_says_why() -> None:
+    lines = (CHART / "templates" / "user-rbac.yaml").read_text().splitlines()
+    rules = [i for i, line in enumerate(lines) if line.strip().startswith("- apiGroups:")]
+    assert len(rules) == 4
+    for i in rules:
+        assert lines[i - 1].strip().startswith("#"), f"user-rbac.yaml:{i + 1} has no comment"
 
 
 def test_everything_on_at_once() -> None:
