@@ -45,7 +45,7 @@ from typing import Any
 
 from queue_controller.core.explain import Scatter, explain_shortfall
 from queue_controller.core.gpuhealth import all_gpus_unhealthy
-from queue_controller.core.model import Node
+from queue_controller.core.model import Node, NodeFacts
 from queue_controller.core.nodes import exclusion, usable_allocatable
 from queue_controller.core.resources import Resources, is_extended, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Shortfall
@@ -159,9 +159,14 @@ class EquivalenceIndex:
         shapes: Iterable[GangShape],
     ) -> None:
         shapes = list(shapes)
-        self._dims: tuple[str, ...] = tuple(
-            sorted({name for shape in shapes for name in shape.request}, key=scarcity_rank)
-        )
+        nodes = sorted(nodes, key=attrgetter("name"))
+        all_facts = [_facts(node) for node in nodes]
+        # The gangs' resources, and every accelerator a node offers: whether a node
+        # strands accelerators a gang does not use must not depend on which other
+        # gangs happen to be pending in the cycle.
+        names = {name for shape in shapes for name in shape.request}
+        names.update(name for facts in all_facts for name in facts[3] if is_extended(name))
+        self._dims: tuple[str, ...] = tuple(sorted(names, key=scarcity_rank))
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
         self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
         label_keys, by_name = _referenced_node_fields(shapes)
@@ -172,17 +177,7 @@ class EquivalenceIndex:
         empty: Mapping[str, int] = {}
         dims = self._dims
         zeros = (0,) * len(dims)
-        for node in sorted(nodes, key=attrgetter("name")):
-            facts = node._facts
-            if facts is None:
-                facts = (
-                    node.conditions.get("Ready"),
-                    node.unschedulable,
-                    tuple(sorted(set(node.taints), key=repr)) if node.taints else (),
-                    usable_allocatable(node),
-                    all_gpus_unhealthy(node),
-                )
-                object.__setattr__(node, "_facts", facts)
+        for node, facts in zip(nodes, all_facts, strict=True):
             ready, unschedulable, taints, allocatable, gpus_down = facts
             alloc = tuple(map(allocatable.get, dims, zeros))
             key = (
@@ -440,6 +435,21 @@ class EquivalenceIndex:
             most_free = max(most_free, spare)
         view.shortfall = _ClassShortfall(usable, blocked, total_free, most_free)
         return view.shortfall
+
+
+def _facts(node: Node) -> NodeFacts:
+    """What the index reads of a node, computed once per Node object."""
+    facts = node._facts
+    if facts is None:
+        facts = (
+            node.conditions.get("Ready"),
+            node.unschedulable,
+            tuple(sorted(set(node.taints), key=repr)) if node.taints else (),
+            usable_allocatable(node),
+            all_gpus_unhealthy(node),
+        )
+        object.__setattr__(node, "_facts", facts)
+    return facts
 
 
 def _referenced_node_fields(shapes: Iterable[GangShape]) -> tuple[tuple[str, ...], bool]:

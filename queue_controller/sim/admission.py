@@ -12,10 +12,13 @@ gangs whose answer cannot have changed:
   pending for ``NoNodeFit`` can only be admitted once a node it may use has
   room for a member again, and one pending for ``QuotaExceeded`` once its
   cohort got quota back and has room for it.  Only those, gangs that became
-  candidates since the last cycle (``fresh``: arrivals, requeues come due) and
-  StrictFIFO queues (where the head decides for the rest) go to the next
-  cycle.  The rest would be refused again.  ``exhaustive`` turns this off, and
-  a test holds both ways to identical results.
+  candidates since the last cycle (``fresh``: arrivals, requeues come due),
+  StrictFIFO queues (where the head decides for the rest) and gangs that fit
+  their team's nominal (refused, they hold its idle part from later borrowers)
+  go to the next cycle.  The rest would be refused again, changing nothing.
+  Such a hold lasts one cycle: the cohort gets that room back in the next one.
+  ``exhaustive`` turns this off, and a test holds both ways to identical
+  results.
 
 Preemption changes both.  A gang the core may choose as a victim must be shown
 as itself, with the pods it holds named as its own (``JobState.alone``), so the
@@ -190,7 +193,21 @@ class Admission:
             # Its victims gave room back in the middle of the cycle, which any gang
             # after the preemptor may take: the cycle is run again over them all.
             decisions = self._schedule(eligible, now)
+        self._held_nominal(decisions, pending)
         return decisions
+
+    def _held_nominal(
+        self, decisions: tuple[Decision, ...], pending: Mapping[str, JobState]
+    ) -> None:
+        """A gang refused within its nominal held idle nominal in this cycle only: in
+        the next one its cohort may lend that room again, as if it came back."""
+        for decision in decisions:
+            if decision.verdict is not Verdict.PENDING or decision.reason.value != QUOTA_EXCEEDED:
+                continue
+            job = pending[decision.workload]
+            if self._may_hold_nominal(job):
+                cohort = self.cohort_of.get(job.team, "")
+                self.quota_back.update((cohort, resource) for resource in job.request)
 
     def _schedule(self, candidates: list[JobState], now: float) -> tuple[Decision, ...]:
         usage = self.book.usage()
@@ -266,6 +283,7 @@ class Admission:
             if (
                 not job.team
                 or self._may_preempt(job)  # it may evict for room it lacks
+                or self._may_hold_nominal(job)  # refused, it still holds idle nominal
                 or (job.spec.namespace, job.spec.queue) in self.strict_queues
             ):
                 kept.append(job)
@@ -301,6 +319,8 @@ class Admission:
             return True
         if (job.spec.namespace, job.spec.queue) in self.strict_queues:
             return True
+        if self._may_hold_nominal(job):
+            return True  # whatever it waited for last, refused for quota now it holds
         # Gangs of one team, shape and size get the same answer: ask once per cycle.
         key = (job.reason, job.team, job.shape, job.pods)
         worth = self._worth.get(key)
@@ -324,6 +344,21 @@ class Admission:
             # anything (the core's own ledger, over what is admitted now).
             return self.ledger().shortfall(job.team, scale(job.request, job.pods)) is None
         return False  # the Queue or TeamQuota is missing: nothing in a run changes that
+
+    def _may_hold_nominal(self, job: JobState) -> bool:
+        """Whether ``job`` fits its team's nominal, read before the cycle.
+
+        The core refuses such a gang when the cohort has lent that nominal out, and
+        then holds what is still idle of it for the rest of the cycle
+        (``QuotaLedger.hold_idle_nominal``): a later borrower does not get it.  So
+        the gang changes the cycle even while it stays pending, and is always shown.
+        During a cycle its team's usage only grows, so one that does not fit the
+        nominal before the cycle holds nothing in it.
+        """
+        ledger = self.ledger()
+        if job.team not in ledger or not job.request:
+            return False
+        return ledger.within_nominal(job.team, scale(job.request, job.pods))
 
     def _admitted_workloads(self, candidates: list[JobState]) -> tuple[Workload, ...]:
         shown = self._victims_now(candidates)

@@ -13,6 +13,7 @@ import dataclasses
 
 import pytest
 
+from queue_controller.core import Queue, ResourceQuota, TeamQuota
 from queue_controller.sim.engine import simulate
 from queue_controller.sim.generate import (
     DEFAULT_FAULTS,
@@ -23,6 +24,8 @@ from queue_controller.sim.gpus import capacity
 from queue_controller.sim.policy import Policy, load, resolve
 from queue_controller.sim.report import report_json
 from queue_controller.sim.results import SimulationReport
+from queue_controller.sim.scenario import Faults, Scenario, SimJob
+from tests.builders import gpu_node
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +131,55 @@ def test_leaving_out_gangs_changes_nothing_with_preemption_either() -> None:
         assert a.evictions == b.evictions
         assert a.reclaim_seconds == b.reclaim_seconds
     assert runs[False].policies["gang-fit"].preemption.victims > 0
+
+
+@pytest.mark.parametrize("preemption", ["off", "on"])
+def test_a_gang_left_out_changes_no_other_gangs_place(preemption: str) -> None:
+    """The first decision that told the pruned and the exhaustive run apart on the
+    bundled 5,000 gangs (cycle 1113, with preemption): a gang refused for quota, and
+    so left out, still changed where a later gang of another team went, because the
+    core only saw a node's free MIG 2g slices as "stranded" when some pending gang
+    asked for 2g slices.  Here: x/waiting (2g) is refused for quota and left out of
+    later cycles; y/probe (1g) must still go to b, the node with no 2g slice free."""
+    one, two = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"
+    mig = {one: "4", two: "2"}
+    nodes = (gpu_node("a", 0, extra=mig), gpu_node("b", 0, extra=mig))
+    quotas = (
+        TeamQuota(name="x", resources={two: ResourceQuota(nominal=2000)}),
+        TeamQuota(name="y", resources={one: ResourceQuota(nominal=8000)}),
+    )
+    queues = (Queue("x", "q", "x"), Queue("y", "q", "y"))
+    hour = 3600.0
+
+    def job(ns: str, name: str, at: float, resource: str, amount: str, node: str = "") -> SimJob:
+        selector = {"kubernetes.io/hostname": node} if node else {}
+        request = {"cpu": "1", "memory": "1Gi", resource: amount}
+        return SimJob(ns, name, "q", at, 1, request, hour, node_selector=selector)
+
+    jobs = (
+        job("x", "fill", 0, two, "2", node="b"),  # x's whole quota, both of b's 2g slices
+        job("y", "on-a", 0, one, "1", node="a"),
+        job("y", "on-b", 0, one, "1", node="b"),
+        job("y", "cpu-on-a", 0, "cpu", "1", node="a"),  # a and b alike but for b's 2g slices
+        job("x", "waiting", 5, two, "1"),  # refused for quota until x/fill ends
+        job("y", "probe", 100, one, "1"),  # x/waiting is not asked again by then
+    )
+    scenario = Scenario("left-out", nodes, queues, quotas, jobs)
+    placed: dict[bool, list[tuple[str, str, dict[str, int]]]] = {}
+    for exhaustive in (False, True):
+        entries = placed[exhaustive] = []
+        simulate(
+            scenario,
+            policy=Policy(name="d"),
+            faults=Faults(),
+            seed=1,
+            compare=("gang-fit",),
+            preemption=preemption,
+            exhaustive=exhaustive,
+            record=lambda e, out=entries: out.append((e.event.value, e.name, dict(e.placement))),
+        )
+    assert placed[False] == placed[True]
+    assert ("Admitted", "probe", {"b": 1}) in placed[False]
 
 
 def test_with_preemption_each_lender_gets_its_nominal_back() -> None:

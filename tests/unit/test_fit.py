@@ -187,6 +187,21 @@ def test_mig_gang_avoids_node_being_reconfigured() -> None:
     assert isinstance(placer.try_place(shape(pod), 5), Shortfall)
 
 
+def test_best_fit_reads_every_accelerator_whatever_else_is_pending() -> None:
+    """Whether a node strands accelerators a gang does not use is read from the node,
+    not only from the resources other pending gangs happen to ask for: a gang's place
+    must not depend on which other gangs are in the cycle (the simulator leaves out
+    the ones that cannot be admitted, and must get the very same decisions)."""
+    one, two = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"
+    mig = {one: "4", two: "2"}
+    nodes = [gpu_node("a", 0, extra=mig), gpu_node("b", 0, extra=mig)]
+    used = {"a": {one: 1000}, "b": {one: 1000, two: 2000}}  # a still has two 2g slices free
+    small, other = template(1, resource=one), template(1, resource=two)
+    alone = index(nodes, used, small)
+    with_other = index(nodes, used, small, other)
+    assert place(alone, small, 1) == place(with_other, small, 1) == {"b": 1}
+
+
 def test_time_sliced_replicas_are_counted_as_advertised() -> None:
     nodes = [gpu_node("l4", 16, resource="nvidia.com/gpu.shared")]  # 4 GPUs x 4 replicas
     pod = template(1, resource="nvidia.com/gpu.shared")
