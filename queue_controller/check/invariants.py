@@ -96,12 +96,16 @@ def _overdrawn_quotas(seen: Translation, gangs: list[GangState]) -> Iterable[Vio
             elif quota.cohort:
                 continue  # unlimited borrowing: the cohort's pool is what bounds it
             if amount > cap:
+                gangs = sorted(holders[quota.name])
+                named = ", ".join(gangs[:5]) + (
+                    f" and {len(gangs) - 5} more" if len(gangs) > 5 else ""
+                )
                 yield Violation(
                     Invariant.QUOTA_OVERDRAWN,
-                    (f"TeamQuota {quota.name}", *sorted(holders[quota.name])),
-                    f"TeamQuota {quota.name}: admitted gangs hold "
+                    (f"TeamQuota {quota.name}",),
+                    f"TeamQuota {quota.name}: {len(gangs)} gangs running or released hold "
                     f"{format_milli(amount, resource)} {resource}, at most "
-                    f"{format_milli(cap, resource)} allowed",
+                    f"{format_milli(cap, resource)} allowed ({named})",
                 )
     yield from _overdrawn_cohorts(quotas, used)
 
