@@ -96,14 +96,14 @@ def _overdrawn_quotas(seen: Translation, gangs: list[GangState]) -> Iterable[Vio
             elif quota.cohort:
                 continue  # unlimited borrowing: the cohort's pool is what bounds it
             if amount > cap:
-                gangs = sorted(holders[quota.name])
-                named = ", ".join(gangs[:5]) + (
-                    f" and {len(gangs) - 5} more" if len(gangs) > 5 else ""
-                )
+                holding = sorted(holders[quota.name])
+                named = ", ".join(holding[:5])
+                if len(holding) > 5:
+                    named += f" and {len(holding) - 5} more"
                 yield Violation(
                     Invariant.QUOTA_OVERDRAWN,
                     (f"TeamQuota {quota.name}",),
-                    f"TeamQuota {quota.name}: {len(gangs)} gangs running or released hold "
+                    f"TeamQuota {quota.name}: {len(holding)} gangs running or released hold "
                     f"{format_milli(amount, resource)} {resource}, at most "
                     f"{format_milli(cap, resource)} allowed ({named})",
                 )
