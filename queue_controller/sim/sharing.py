@@ -25,8 +25,11 @@ not read as a slow reclaim.
 team uses beyond its nominal over what the whole cohort can lend of it (the
 sum of its members' lendable nominal), the largest of these over the team's
 resources (its dominant share), divided by the team's weight.  0 while a team
-stays within its nominal.  TeamQuota has no fair-sharing weight yet, so every
-team weighs 1 (:data:`DEFAULT_WEIGHT`) until it does.
+stays within its nominal.  The weight is the TeamQuota's
+``spec.fairSharing.weight`` (1 unless set).  A team of weight 0 that borrows
+has an infinite share to the core; it is drawn with its unweighted share.
+Where a Cohort enables fair sharing the core orders the cohort's borrowers by
+this share, so the teams' shares are drawn towards each other.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from queue_controller.sim.measure import HOUR, percentiles
 from queue_controller.sim.results import Percentiles, ReclaimWaits, ShareSeries
 from queue_controller.sim.runstate import JobState, Phase
 
-DEFAULT_WEIGHT = 1.0
 ALL_TEAMS = "all"
 
 
@@ -148,7 +150,7 @@ class ShareMeter:
         for quota in self.quotas.values():
             for resource, limits in quota.resources.items():
                 self.pool[(quota.cohort, resource)] += lendable(limits)
-        self.weight = dict.fromkeys(self.quotas, DEFAULT_WEIGHT)
+        self.weight = {team: q.fair_weight / 1000 for team, q in self.quotas.items()}
         self.times: dict[str, list[float]] = {team: [0.0] for team in self.quotas}
         self.values: dict[str, list[float]] = {team: [0.0] for team in self.quotas}
         self.area: dict[str, float] = dict.fromkeys(self.quotas, 0.0)
@@ -161,7 +163,8 @@ class ShareMeter:
             over = used.get(resource, 0) - limits.nominal
             if pool > 0 and over > 0:
                 dominant = max(dominant, over / pool)
-        return dominant / self.weight[team]
+        weight = self.weight[team]
+        return dominant / weight if weight > 0 else dominant
 
     def sample(self, team: str, used: Mapping[str, int], now: float) -> None:
         """``team``'s usage changed at ``now``."""
