@@ -180,7 +180,7 @@ def _progress(policies: Sequence[str]) -> Iterator[Callable[[str, float], None] 
     type=click.Path(path_type=Path, dir_okay=False),
     metavar="FILE",
     multiple=True,
-    help="Queue, TeamQuota and PriorityClass objects (YAML). Repeat for several files.",
+    help="Queue, TeamQuota, Cohort and PriorityClass objects (YAML). Repeat for several files.",
 )
 @click.option(
     "--trace",

@@ -27,6 +27,17 @@ are not merged.  And a gang whose TeamQuota may preempt can be admitted
 whenever something is admitted that it may evict, not only when room comes
 back: such gangs are always shown, uncapped.  Teams that neither preempt nor
 can be preempted keep both savings.
+
+Fair sharing turns both off for its cohorts.  Where a Cohort object enables
+it, the core gives each of the cohort's borrowing turns to the gang whose
+quota's share would be lowest with it admitted (``FairTurns``): which gang is
+a quota's next, and so the order of everyone else's, depends on the gangs
+shown, refused ones included.  And there a borrower may preempt too, from a
+quota of higher share.  Rather than prove which gangs cannot matter, every
+pending gang of a fair-sharing cohort's TeamQuotas is always shown, uncapped
+and as a possible preemptor (``fair_teams``), as ``exhaustive`` would show it;
+other cohorts keep the pruning.  A test holds pruned and exhaustive runs of
+such a cohort identical.
 """
 
 from __future__ import annotations
@@ -116,6 +127,7 @@ class Admission:
         self._ledger: QuotaLedger | None = None
         self._worth: dict[tuple[object, ...], bool] = {}
         self.preempting_teams, self.victim_teams = preemption_teams(scenario)
+        self.fair_teams = fair_sharing_teams(scenario)
         self.on_usage: Callable[[str], None] | None = None  # a team's charge changed
         self.lowest: dict[str, int] = {}  # team -> the lowest priority of its gangs so far
         self._preempts: dict[tuple[object, ...], bool] = {}
@@ -222,6 +234,7 @@ class Admission:
             queues=self.queues,
             quotas=self.scenario.quotas,
             priority_classes=self.scenario.priority_classes,
+            cohorts=self.scenario.cohorts,
             now=now,
         )
         return schedule(snapshot, placer=self.placer).decisions
@@ -244,6 +257,8 @@ class Admission:
             return False
         if job.nominated or self.exhaustive:
             return True  # it holds room: the core charges it and admits it there
+        if job.team in self.fair_teams:
+            return True  # fair sharing lets a borrower take from a higher share
         priority = self.priority.get(job.key, 0)
         key = (job.team, job.shape, job.pods, priority)
         found = self._preempts.get(key)
@@ -282,6 +297,7 @@ class Admission:
         for job in candidates:
             if (
                 not job.team
+                or job.team in self.fair_teams  # its cohort's turns go by share
                 or self._may_preempt(job)  # it may evict for room it lacks
                 or self._may_hold_nominal(job)  # refused, it still holds idle nominal
                 or (job.spec.namespace, job.spec.queue) in self.strict_queues
@@ -317,6 +333,8 @@ class Admission:
     def _worth_deciding(self, job: JobState) -> bool:
         if self.exhaustive or job.key in self.fresh or not job.reason:
             return True
+        if job.team in self.fair_teams:
+            return True  # its cohort's turns go by share: see the module
         if (job.spec.namespace, job.spec.queue) in self.strict_queues:
             return True
         if self._may_hold_nominal(job):
@@ -396,7 +414,9 @@ class Admission:
         their TeamQuota), and the teams borrowing now, the only ones a reclaim can
         take from (a cycle's first pass makes no team borrow).  A borrowing
         preemptor may take from teams that start borrowing during the cycle: with
-        borrowWithinCohort on anywhere, every team that may lose gangs is shown.
+        borrowWithinCohort on anywhere, or a preemptor in a fair-sharing cohort
+        (where a borrower may take from a higher share), every team that may lose
+        gangs is shown.
         """
         if not self.victim_teams:
             return frozenset()
@@ -404,7 +424,7 @@ class Admission:
         if not preemptors:
             return frozenset()
         ledger = self.ledger()
-        if any(
+        if any(job.team in self.fair_teams for job in preemptors) or any(
             ledger.quota(team).preemption.borrow_within_cohort is not BorrowPolicy.NEVER
             for team in self.preempting_teams
         ):
@@ -438,3 +458,9 @@ def preemption_teams(scenario: Scenario) -> tuple[frozenset[str], frozenset[str]
         ):
             victims.update(q.name for q in scenario.quotas if q.cohort == quota.cohort)
     return frozenset(preempting), frozenset(victims)
+
+
+def fair_sharing_teams(scenario: Scenario) -> frozenset[str]:
+    """The TeamQuotas of cohorts whose Cohort object enables fair sharing."""
+    fair = {c.name for c in scenario.cohorts if c.fair_sharing}
+    return frozenset(q.name for q in scenario.quotas if q.cohort and q.cohort in fair)

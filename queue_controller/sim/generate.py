@@ -234,7 +234,7 @@ def bundled_scenario(*, seed: int = 7, jobs: int = 5000) -> Scenario:
 
     cluster, teams = _data("sim-cluster.yaml"), _data("sim-queues.yaml")
     nodes = load_cluster(cluster)
-    queues, quotas, priority_classes = load_queues([teams])
+    queues, quotas, priority_classes, cohorts = load_queues([teams])
     workload = generate_workload(
         seed=seed,
         jobs=jobs,
@@ -250,6 +250,7 @@ def bundled_scenario(*, seed: int = 7, jobs: int = 5000) -> Scenario:
         quotas=quotas,
         jobs=workload,
         priority_classes=priority_classes,
+        cohorts=cohorts,
         sources={
             "cluster": "bundled sim-cluster.yaml (64 nodes)",
             "queues": "bundled sim-queues.yaml (4 teams, cohort gpu-pool)",

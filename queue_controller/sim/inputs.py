@@ -1,6 +1,6 @@
 """Read a simulation's inputs: the cluster, the Queues and TeamQuotas, and a workload trace.
 
-Nodes, Queues, TeamQuotas and PriorityClasses go through the code ``plan``
+Nodes, Queues, TeamQuotas, Cohorts and PriorityClasses go through the code ``plan``
 reads a dump with (:func:`queue_controller.dump.read_objects`, then
 :func:`queue_controller.kube.snapshot.build_snapshot`), so a file ``plan``
 refuses is refused here in the same words.  A cluster may also be a NodePools
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from queue_controller import nodepools
 from queue_controller.api import v1alpha1
-from queue_controller.core import Node, PriorityClass, Queue, TeamQuota
+from queue_controller.core import Cohort, Node, PriorityClass, Queue, TeamQuota
 from queue_controller.core.ordering import BUILTIN_PRIORITY_CLASSES
 from queue_controller.dump import read_file, read_objects
 from queue_controller.errors import InputError
@@ -26,15 +26,25 @@ from queue_controller.kube.snapshot import Located, build_snapshot
 from queue_controller.sim.scenario import Scenario
 from queue_controller.sim.trace import load_trace, read_trace
 
-__all__ = ["load_cluster", "load_queues", "load_scenario", "load_trace"]
+__all__ = ["QueueObjects", "load_cluster", "load_queues", "load_scenario", "load_trace"]
 
 _NODE = ("v1", "Node")
 _QUEUE_KINDS = {
     (v1alpha1.API_VERSION, "Queue"),
     (v1alpha1.API_VERSION, "TeamQuota"),
+    (v1alpha1.API_VERSION, "Cohort"),
     ("scheduling.k8s.io/v1", "PriorityClass"),
 }
 _SKIPPED = {("v1", "Namespace")}  # applied alongside the quotas; nothing to simulate
+
+
+class QueueObjects(NamedTuple):
+    """What queue files hold, as the core reads it."""
+
+    queues: tuple[Queue, ...]
+    quotas: tuple[TeamQuota, ...]
+    priority_classes: tuple[PriorityClass, ...]
+    cohorts: tuple[Cohort, ...] = ()
 
 
 def _api_kind(item: Located) -> tuple[Any, Any]:
@@ -72,10 +82,9 @@ def _pool_nodes(path: Path) -> list[Located]:
     return out
 
 
-def load_queues(
-    paths: Sequence[Path],
-) -> tuple[tuple[Queue, ...], tuple[TeamQuota, ...], tuple[PriorityClass, ...]]:
-    """Queues, TeamQuotas and PriorityClasses from the YAML a user applies; Namespaces skipped."""
+def load_queues(paths: Sequence[Path]) -> QueueObjects:
+    """Queues, TeamQuotas, Cohorts and PriorityClasses from the YAML a user applies;
+    Namespaces skipped."""
     if not paths:
         raise InputError("no Queue files given")
     kept: list[Located] = []
@@ -85,7 +94,9 @@ def load_queues(
                 continue
             if _api_kind(item) not in _QUEUE_KINDS:
                 kind = "/".join(map(str, _api_kind(item)))
-                hint = "queue files hold Queues, TeamQuotas, PriorityClasses (and Namespaces)"
+                hint = (
+                    "queue files hold Queues, TeamQuotas, Cohorts, PriorityClasses (and Namespaces)"
+                )
                 raise InputError(f"unsupported kind {kind}; {hint}", where=item.where, field="kind")
             kept.append(item)
     snapshot = build_snapshot(kept, now=0.0)
@@ -99,7 +110,9 @@ def load_queues(
                 f"no TeamQuota {queue.team_quota!r} (TeamQuotas: {', '.join(quotas) or 'none'})"
             )
             raise InputError(detail, where=item.where, field="spec.teamQuota")
-    return snapshot.queues, snapshot.quotas, snapshot.priority_classes
+    return QueueObjects(
+        snapshot.queues, snapshot.quotas, snapshot.priority_classes, snapshot.cohorts
+    )
 
 
 def load_scenario(
@@ -107,7 +120,7 @@ def load_scenario(
 ) -> Scenario:
     """The three inputs together; every job's queue (and PriorityClass) must exist."""
     nodes = load_cluster(cluster)
-    queue_objects, quotas, priority_classes = load_queues(queues)
+    queue_objects, quotas, priority_classes, cohorts = load_queues(queues)
     jobs = read_trace(trace)
     known = {f"{q.namespace}/{q.name}" for q in queue_objects}
     classes = {c.name for c in priority_classes} | set(BUILTIN_PRIORITY_CLASSES)
@@ -133,6 +146,7 @@ def load_scenario(
         quotas=quotas,
         jobs=tuple(job for job, _ in jobs),
         priority_classes=priority_classes,
+        cohorts=cohorts,
         sources={
             "cluster": str(cluster),
             "queues": ", ".join(str(p) for p in queues),

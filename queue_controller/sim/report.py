@@ -261,8 +261,10 @@ _HOW_TO_READ = """\
   in the section below.
 - **Cohort share**: a team's use beyond its nominal quota over what the whole cohort can
   lend, for each resource; the largest of these (its dominant share), divided by the
-  team's weight (1 for every team: TeamQuota has no weight yet). 0 while it stays within
-  its nominal. Mean over time and peak; `team-share.png` draws it over time.
+  team's weight (its TeamQuota's `spec.fairSharing.weight`, 1 unless set). 0 while it
+  stays within its nominal. Where a Cohort object enables fair sharing, the core orders
+  the cohort's borrowers by this share, so the teams' shares follow their weights. Mean over
+  time and peak; `team-share.png` draws it over time.
 - **Deadlocked gangs**: per-pod gangs that made no progress for `deadlockSeconds` of the
   policy while partly placed: members wait forever for room held by other partial gangs.
 - **Upper bound**: the fluid bound, min(demand, capacity) per GPU kind at every moment,

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from queue_controller.core import Container, Node, PodTemplate, PriorityClass, Queue, TeamQuota
+from queue_controller.core import (
+    Cohort,
+    Container,
+    Node,
+    PodTemplate,
+    PriorityClass,
+    Queue,
+    TeamQuota,
+)
 from queue_controller.core.resources import is_extended
 
 
@@ -55,6 +63,9 @@ class Scenario:
     quotas: tuple[TeamQuota, ...]
     jobs: tuple[SimJob, ...]
     priority_classes: tuple[PriorityClass, ...] = ()
+    # Cohort objects: where one enables fair sharing, the core orders its borrowers
+    # and chooses its victims by share (core/fairshare.py).
+    cohorts: tuple[Cohort, ...] = ()
     # Where each part came from, for the report ("bundled", a file name, "--generate seed=7").
     sources: Mapping[str, str] = field(default_factory=dict)
 

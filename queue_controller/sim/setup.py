@@ -50,7 +50,7 @@ def build_scenario(
     if trace is not None:
         return load_scenario(cluster=cluster, queues=queues, trace=trace)
     nodes = load_cluster(cluster)
-    queue_objects, quotas, priority_classes = load_queues(queues)
+    queue_objects, quotas, priority_classes, cohorts = load_queues(queues)
     workload = generate_workload(
         seed=seed,
         jobs=jobs,
@@ -67,6 +67,7 @@ def build_scenario(
         quotas=tuple(quotas),
         jobs=workload,
         priority_classes=tuple(priority_classes),
+        cohorts=cohorts,
         sources={
             "cluster": str(cluster),
             "queues": ", ".join(str(path) for path in queues),

@@ -24,14 +24,16 @@ not read as a slow reclaim.
 **Share** is Kueue's fair-sharing share of a cohort: for each resource, what a
 team uses beyond its nominal over what the whole cohort can lend of it (the
 sum of its members' lendable nominal), the largest of these over the team's
-resources (its dominant share), divided by the team's weight
-(``spec.fairSharing.weight``, 1 unless set; a team of weight 0 that borrows
-has an infinite share).  0 while a team stays within its nominal.
+resources (its dominant share), divided by the team's weight.  0 while a team
+stays within its nominal.  The weight is the TeamQuota's
+``spec.fairSharing.weight`` (1 unless set).  A team of weight 0 that borrows
+has an infinite share to the core; it is drawn with its unweighted share.
+Where a Cohort enables fair sharing the core orders the cohort's borrowers by
+this share, so the teams' shares are drawn towards each other.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -148,7 +150,7 @@ class ShareMeter:
         for quota in self.quotas.values():
             for resource, limits in quota.resources.items():
                 self.pool[(quota.cohort, resource)] += lendable(limits)
-        self.weight = {name: q.fair_weight / 1000 for name, q in self.quotas.items()}
+        self.weight = {team: q.fair_weight / 1000 for team, q in self.quotas.items()}
         self.times: dict[str, list[float]] = {team: [0.0] for team in self.quotas}
         self.values: dict[str, list[float]] = {team: [0.0] for team in self.quotas}
         self.area: dict[str, float] = dict.fromkeys(self.quotas, 0.0)
@@ -161,10 +163,8 @@ class ShareMeter:
             over = used.get(resource, 0) - limits.nominal
             if pool > 0 and over > 0:
                 dominant = max(dominant, over / pool)
-        if not dominant:
-            return 0.0
         weight = self.weight[team]
-        return dominant / weight if weight > 0 else math.inf
+        return dominant / weight if weight > 0 else dominant
 
     def sample(self, team: str, used: Mapping[str, int], now: float) -> None:
         """``team``'s usage changed at ``now``."""

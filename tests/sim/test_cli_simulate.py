@@ -241,7 +241,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
     inputs = types.ModuleType("queue_controller.sim.inputs")
     inputs.load_scenario = load_scenario  # type: ignore[attr-defined]
     inputs.load_cluster = lambda path: ()  # type: ignore[attr-defined]
-    inputs.load_queues = lambda paths: ((), (), ())  # type: ignore[attr-defined]
+    inputs.load_queues = lambda paths: ((), (), (), ())  # type: ignore[attr-defined]
     for module in (engine, generate, inputs):
         monkeypatch.setitem(sys.modules, module.__name__, module)
     return calls

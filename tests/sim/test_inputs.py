@@ -197,7 +197,7 @@ def test_a_missing_cluster_file(tmp_path: Path) -> None:
 
 def test_the_example_queues_and_quotas() -> None:
     files = [EXAMPLES / n for n in ("namespaces.yaml", "queues.yaml", "teamquotas.yaml")]
-    queues, quotas, classes = load_queues(files)
+    queues, quotas, classes, cohorts = load_queues(files)
     assert [(q.namespace, q.name, q.team_quota) for q in queues] == [
         ("research", "training", "research"),
         ("prod", "batch", "prod"),
@@ -213,6 +213,7 @@ def test_the_example_queues_and_quotas() -> None:
     assert by_name["research"].resources[GPU].borrowing_limit == 8_000
     assert by_name["prod"].resources[GPU].lending_limit == 8_000
     assert classes == ()
+    assert cohorts == ()
     # The very objects `plan` builds from the same files (Namespaces aside).
     plans = plan_snapshot(files[1], files[2])
     assert (queues, quotas) == (plans.queues, plans.quotas)
@@ -226,8 +227,17 @@ def test_priority_classes_are_read(tmp_path: Path) -> None:
         "value": 1000,
     }
     path = write(tmp_path / "pc.yaml", high)
-    _, _, classes = load_queues([EXAMPLES / "queues.yaml", EXAMPLES / "teamquotas.yaml", path])
+    _, _, classes, _ = load_queues([EXAMPLES / "queues.yaml", EXAMPLES / "teamquotas.yaml", path])
     assert [(c.name, c.value) for c in classes] == [("high", 1000)]
+
+
+def test_cohorts_are_read_and_weights_kept(tmp_path: Path) -> None:
+    quotas = [dict(q) for q in yaml.safe_load_all((EXAMPLES / "teamquotas.yaml").read_text())]
+    quotas[0]["spec"]["fairSharing"] = {"weight": "2"}
+    path = write(tmp_path / "quotas.yaml", *quotas)
+    read = load_queues([EXAMPLES / "queues.yaml", path, EXAMPLES / "cohorts.yaml"])
+    assert [(c.name, c.fair_sharing) for c in read.cohorts] == [("gpu-pool", True)]
+    assert {q.name: q.fair_weight for q in read.quotas} == {"research": 2000, "prod": 1000}
 
 
 def test_other_kinds_in_queue_files(tmp_path: Path) -> None:
