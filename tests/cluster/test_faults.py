@@ -4,6 +4,7 @@ the controller says what is wrong, keeps going, and loses nothing."""
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import subprocess
 import threading
@@ -251,3 +252,26 @@ def test_status_writes_that_lose_a_race_are_retried_until_they_land(
         group = objects.pod_group(f"g{i}")
         assert group is not None
         assert sum(group["status"]["placement"].values()) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (("--tick", "soon"), {}, "--tick"),
+        ((), {"QC_TICK_SECONDS": "-1"}, "tick_seconds (QC_TICK_SECONDS)"),
+        ((), {"QC_PODS_READY_TIMEOUT_SECONDS": "ten"}, "QC_PODS_READY_TIMEOUT_SECONDS"),
+    ],
+)
+def test_a_malformed_setting_at_start_up_is_one_line_naming_it(
+    cluster: Cluster, args: tuple[str, ...], env: dict[str, str], named: str
+) -> None:
+    done = subprocess.run(
+        [ROOT / ".venv/bin/queue-controller", "run", "--kubeconfig", cluster.kubeconfig, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("QC_")}, **env},
+    )
+    assert done.returncode != 0
+    assert named in done.stderr
+    assert "Traceback" not in done.stderr
