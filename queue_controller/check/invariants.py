@@ -96,14 +96,14 @@ def _overdrawn_quotas(seen: Translation, gangs: list[GangState]) -> Iterable[Vio
             elif quota.cohort:
                 continue  # unlimited borrowing: the cohort's pool is what bounds it
             if amount > cap:
-                gangs = sorted(holders[quota.name])
-                named = ", ".join(gangs[:5]) + (
-                    f" and {len(gangs) - 5} more" if len(gangs) > 5 else ""
+                held = sorted(holders[quota.name])
+                named = ", ".join(held[:5]) + (
+                    f" and {len(held) - 5} more" if len(held) > 5 else ""
                 )
                 yield Violation(
                     Invariant.QUOTA_OVERDRAWN,
                     (f"TeamQuota {quota.name}",),
-                    f"TeamQuota {quota.name}: {len(gangs)} gangs running or released hold "
+                    f"TeamQuota {quota.name}: {len(held)} gangs running or released hold "
                     f"{format_milli(amount, resource)} {resource}, at most "
                     f"{format_milli(cap, resource)} allowed ({named})",
                 )
