@@ -118,9 +118,9 @@ def controller_restart(
             time.sleep(QUICK)
             seen = read_gang(marks.gateway, gang.namespace, gang.name)
         running = sum(1 for m in seen.live if m.phase == "Running")
-        steps[0] = (
-            f"caught Job {gang.namespace}/{gang.name} {seen.phase} with {running} of "
-            f"{len(seen.live)} members running"
+        injection.steps[0] = (
+            f"caught Job {gang.namespace}/{gang.name} {seen.phase}: {len(seen.live)} members "
+            f"made, {running} running"
         )
         kill(marks.gateway, target)
         if target.pid is not None and restart_command:
@@ -134,7 +134,7 @@ def controller_restart(
             )
 
     expect = ("injected", "running") if during == "admission" else (*PHASES, "running")
-    return Injection(
+    injection = Injection(
         "controller-restart",
         steps,
         (),
@@ -146,6 +146,7 @@ def controller_restart(
             "and its leader election"
         ],
     )
+    return injection
 
 
 def kill(gateway: gw.Gateway, target: Target) -> None:

@@ -285,7 +285,7 @@ def test_controller_restart_kills_the_pid_at_admission_and_runs_the_restart_comm
     gateway = GangGateway("Admitted")
     plan.act(Marks(gateway, "cr-1"))
     assert victim.wait(timeout=5) == -9
-    assert plan.steps[0] == "caught Job ns/train Admitted with 0 of 0 members running"
+    assert plan.steps[0] == "caught Job ns/train Admitted: 0 members made, 0 running"
     deadline = time.monotonic() + 5
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
