@@ -200,9 +200,9 @@ def gpu_steal(common: Common, *, node: str, job: str | None) -> None:
 @click.option(
     "--namespace",
     "controller_namespace",
-    default="queue-controller",
+    default="queue-controller-system",
     show_default=True,
-    help="Where the --pod-selector pods are.",
+    help="Where the --pod-selector pods are (deploy/manifests puts them here).",
 )
 @click.option(
     "--restart-command",
