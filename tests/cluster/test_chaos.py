@@ -316,3 +316,57 @@ def test_controller_restart_at_admission_admits_once_and_the_gang_runs(
     assert group is not None
     assert group["status"]["phase"] == "Running"
     assert group["status"].get("requeueCount", 0) == 0
+
+
+def test_controller_restart_at_eviction_requeues_and_readmits_once(
+    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
+) -> None:
+    # partial-placement evicts the gang; controller-restart kills the controller right then.
+    admitted_gang(cluster, namespace, objects, h100(4, 5, 6), timeout=5)
+    assert controller.process is not None
+    victim = controller.process
+    restarted: list[float] = []
+
+    def restart_when_killed() -> None:
+        try:
+            victim.wait(timeout=150)
+        except subprocess.TimeoutExpired:
+            return
+        killed = time.monotonic()
+        controller.process = None
+        controller.start()
+        restarted.append(time.monotonic() - killed)
+
+    helper = threading.Thread(target=restart_when_killed, daemon=True)
+    helper.start()
+    args = ("controller-restart", "--job", f"{namespace}/gang", "--during", "eviction")
+    process = subprocess.Popen(
+        [CLI, "chaos", *args, "--pid", str(victim.pid), "--kubeconfig", str(cluster.kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        print(first, end="")
+        assert first.startswith("chaos run controller-restart-"), first
+        breaker = chaos(cluster, "partial-placement", "--job", f"{namespace}/gang")
+        out, _ = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=60)
+        helper.join(timeout=120)
+    print(out)
+    assert process.returncode == 0, out
+    assert breaker.returncode == 0, breaker.stdout + breaker.stderr
+    assert re.search(r"caught Job \S+ (Evicted|Pending)", out), out
+    print(f"controller back (ready and leading) {restarted[0]:.1f}s after the kill")
+    print({p: seconds_of(out, p) for p in ("evicted", "requeued", "readmitted", "running")})
+    assert controller.process is not None
+    assert controller.process.poll() is None
+    group = objects.pod_group("gang")
+    assert group is not None
+    assert group["status"].get("requeueCount", 0) == 1
+    assert chaos_marks(cluster) == []
