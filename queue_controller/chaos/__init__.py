@@ -3,16 +3,20 @@ recover with ``check`` running throughout, and undo the break whatever happens."
 
 from queue_controller.chaos.experiments import (
     Injection,
+    free_gpus,
     gang_node,
     gpu_fault,
+    gpu_steal,
     node_loss,
     partial_placement,
 )
 from queue_controller.chaos.marks import LABEL, TAINT_KEY, new_run_id, undo
 from queue_controller.chaos.observe import PHASES, GangSeen, gang_seen
+from queue_controller.chaos.restart import DURING, Target, controller_restart
 from queue_controller.chaos.runner import Outcome, Runner, Scope, scope_of
 
 __all__ = [
+    "DURING",
     "LABEL",
     "PHASES",
     "TAINT_KEY",
@@ -21,9 +25,13 @@ __all__ = [
     "Outcome",
     "Runner",
     "Scope",
+    "Target",
+    "controller_restart",
+    "free_gpus",
     "gang_node",
     "gang_seen",
     "gpu_fault",
+    "gpu_steal",
     "new_run_id",
     "node_loss",
     "partial_placement",

@@ -7,8 +7,10 @@ nodes they were planned on (or the node it is given).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from queue_controller.chaos.marks import TAINT_KEY, Marks
 from queue_controller.chaos.observe import PHASES, GangSeen
@@ -17,7 +19,7 @@ from queue_controller.core.model import UnhealthyGpu
 from queue_controller.errors import InputError
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import nodehealth
-from queue_controller.kube.fields import Obj, get, strings
+from queue_controller.kube.fields import Obj, get, objects, strings
 
 GPU = "nvidia.com/gpu"
 # The kube-controller-manager deletes the pods of a Node that is gone only after this
@@ -39,6 +41,7 @@ class Injection:
     margin: float = 60.0  # seconds beyond the gang's timeout that recovery may take
     # Done again at every poll: a reporter on the node may rewrite what was injected.
     keep: Callable[[Marks], None] | None = None
+    once: bool = False  # the gang must never be evicted (admitted again) on the way
     notes: list[str] = field(default_factory=list)
 
 
@@ -182,3 +185,128 @@ def gpu_fault(node: Obj, *, gpu: int, xid: int, run: str, now: float) -> Injecti
     return Injection(
         "gpu-fault", steps, (name,), act, reasons=("GPUUnhealthy",), keep=keep, notes=notes
     )
+
+
+# How long gpu-steal waits for the members it deleted to be gone before it counts what is free.
+GONE_SECONDS = 60.0
+
+
+def pod_gpus(pod: Obj) -> int:
+    """The GPUs a pod asks for (an extended resource's request defaults to its limit)."""
+    total = 0
+    for container in objects(pod, "spec.containers"):
+        resources = get(container, "resources", dict, {})
+        amount = strings(resources, "requests").get(GPU) or strings(resources, "limits").get(GPU)
+        total += int(amount) if amount and amount.isdigit() else 0
+    return total
+
+
+def free_gpus(node: Obj, pods: Iterable[Obj], *, leaving: Iterable[str] = ()) -> int:
+    """The node's allocatable GPUs less what its live pods hold (those ``leaving`` aside)."""
+    name = get(node, "metadata.name", str, "")
+    gone = set(leaving)
+    allocatable = strings(node, "status.allocatable").get(GPU, "0")
+    held = sum(
+        pod_gpus(p)
+        for p in pods
+        if get(p, "spec.nodeName", str, "") == name
+        and get(p, "status.phase", str, "") not in ("Succeeded", "Failed")
+        and f"{get(p, 'metadata.namespace', str, '')}/{get(p, 'metadata.name', str, '')}"
+        not in gone
+    )
+    return (int(allocatable) if allocatable.isdigit() else 0) - held
+
+
+def placeholder(name: str, node: str, gpus: int) -> dict[str, Any]:
+    """A pod outside any queue, bound straight to the node (no scheduler), holding GPUs."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "steal",
+                    "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def gpu_steal(
+    gang: GangSeen, node: Obj, pods: list[Obj], *, run: str, clock: Callable[[], float] = time.time
+) -> Injection:
+    """A pod outside any queue takes the GPUs the gang planned on the node before its
+    members bind there: the node is tainted while the members bound there are deleted and
+    the placeholder is bound (sized to exactly the GPUs free then, so that no node is ever
+    over-committed), then the taint comes off and the members meet a full node."""
+    _holding(gang)
+    name = get(node, "metadata.name", str, "")
+    bound = [m for m in gang.live if m.node == name]
+    planned = gang.placement.get(name, 0)
+    if not bound and not planned:
+        raise InputError(
+            f"Job {gang.namespace}/{gang.name} has no member planned on Node {name} "
+            f"(its placement: {', '.join(sorted(gang.placement)) or 'none'})",
+            field="--node",
+        )
+    backoff = get(gang.job or {}, "spec.backoffLimit", int, 6)
+    if len(bound) > backoff:
+        raise InputError(
+            f"deleting {len(bound)} bound members would fail Job {gang.namespace}/{gang.name} "
+            f"(its backoffLimit is {backoff}); raise it, or inject before its members bind",
+            field="--job",
+        )
+    leaving = [f"{gang.namespace}/{m.name}" for m in bound]
+    free = free_gpus(node, pods, leaving=leaving)
+    if free <= 0:
+        raise InputError(f"Node {name} has no GPU free to steal", field="--node")
+    pod_name = f"chaos-{run}"[:63]
+    steps = [f"taint Node {name} {TAINT_KEY}=<run>:NoSchedule (members cannot bind meanwhile)"]
+    steps += [f"delete Pod {gang.namespace}/{m.name} on {name}" for m in bound]
+    steps += [
+        f"bind placeholder Pod {gang.namespace}/{pod_name} (outside any queue) to {name}, "
+        f"requesting every GPU free there ({free} now)",
+        f"remove the taint from Node {name}: the gang's members meet a node without free GPUs",
+    ]
+
+    def act(marks: Marks) -> None:
+        marks.taint(name)
+        for member in bound:
+            marks.gateway.delete(gw.POD, gang.namespace, member.name)
+        _gone(marks.gateway, gang.namespace, [m.name for m in bound], clock)
+        current = marks.gateway.get(gw.NODE, "", name)
+        now_free = free_gpus(current, marks.gateway.list(gw.POD))
+        if now_free <= 0:
+            raise InputError(f"Node {name} has no GPU free to steal any more", field="--node")
+        marks.pod(gang.namespace, placeholder(pod_name, name, now_free))
+        marks.untaint(name)
+
+    return Injection(
+        "gpu-steal",
+        steps,
+        (name,),
+        act,
+        reasons=("PodsReadyTimeout", "MembersLost"),
+        avoid=(name,),
+        notes=["the placeholder runs until the run ends; readmission must go elsewhere"],
+    )
+
+
+def _gone(
+    gateway: gw.Gateway, namespace: str, names: list[str], clock: Callable[[], float]
+) -> None:
+    until = clock() + GONE_SECONDS
+    for name in names:
+        while clock() < until:
+            try:
+                gateway.get(gw.POD, namespace, name)
+            except gw.NotFound:
+                break
+            time.sleep(0.2)

@@ -52,6 +52,10 @@ class Marks:
         undo = {**_undo_of(obj), "taint": True}
         self._patch_node(obj, {"spec": {"taints": taints}}, undo)
 
+    def untaint(self, node: str) -> list[str]:
+        """Put the node back as it was before this run (the taint off, the label gone)."""
+        return _restore(self.gateway, self.gateway.get(gw.NODE, "", node), dry_run=False)
+
     def gpu_fault(self, node: str, *, meta: Body, status: Body) -> None:
         """Publish a health report (``nodehealth.report_patches``), keeping what it replaces."""
         obj = self.gateway.get(gw.NODE, "", node)

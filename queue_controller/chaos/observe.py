@@ -138,6 +138,7 @@ class Timeline:
     requeues_before: int
     marks: list[Mark] = field(default_factory=list)
     placement: dict[str, int] = field(default_factory=dict)  # where it was readmitted
+    track_running: bool = False  # mark "running" too: the gang Running after the injection
 
     def reached(self, phase: str) -> bool:
         return any(m.phase == phase for m in self.marks)
@@ -151,6 +152,14 @@ class Timeline:
 
     def observe(self, gang: GangSeen, now: float) -> list[Mark]:
         """The phases this poll shows for the first time, in order."""
+        new = self._recovery(gang, now)
+        if self.track_running and gang.phase == "Running" and not self.reached("running"):
+            running = sum(1 for m in gang.live if m.phase == "Running")
+            made = self.mark("running", now, f"{running} members running")
+            new += [made] if made else []
+        return new
+
+    def _recovery(self, gang: GangSeen, now: float) -> list[Mark]:
         new: list[Mark | None] = []
         evicted = gang.condition("Evicted")
         again = gang.requeue_count > self.requeues_before

@@ -117,6 +117,7 @@ class Runner:
     ) -> Outcome:
         marks = Marks(self.gateway, self.run)
         timeline = Timeline(self.clock(), gang.requeue_count)
+        timeline.track_running = "running" in injection.expect
         outcome = Outcome(self.run, injection, timeline, deadline)
         try:
             with interruptible():
@@ -190,6 +191,10 @@ class Runner:
         if evicted and injection.reasons and reason not in injection.reasons:
             outcome.problems.append(
                 f"evicted for {reason}, expected {' or '.join(injection.reasons)}"
+            )
+        if injection.once and evicted:
+            outcome.problems.append(
+                f"evicted ({evicted.detail}) and admitted again: the admission was lost"
             )
         placed_on = [n for n in injection.avoid if n in timeline.placement]
         if placed_on:

@@ -17,8 +17,9 @@ from queue_controller.cli.chaosrun import (
     run_experiment,
     with_common,
 )
-from queue_controller.cli.options import output_option
+from queue_controller.cli.options import output_option, parse_duration
 from queue_controller.errors import InputError
+from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import get
 from queue_controller.kube.snapshot import Located
 
@@ -142,6 +143,116 @@ def gpu_fault(common: Common, *, node: str, job: str | None, xid: int, gpu: int)
         return chaos.gpu_fault(obj, gpu=gpu, xid=xid, run=run, now=time.time())
 
     run_experiment(common, target, plan, "gpu-fault")
+
+
+@chaos_group.command("gpu-steal")
+@click.option("--node", required=True, metavar="NODE", help="A node the gang is planned on.")
+@click.option("--job", metavar="NS/NAME", help="The gang (default: the one on --node).")
+@common_options
+@with_common
+def gpu_steal(common: Common, *, node: str, job: str | None) -> None:
+    """A pod outside any queue takes the GPUs a gang planned on a node.
+
+    \b
+    Taints the node while it deletes the gang's members bound there, binds a
+    placeholder pod (no queue, spec.nodeName) requesting exactly the GPUs free
+    there then, and takes the taint off: the members planned there can never
+    bind.  Expects the gang evicted at its timeout (PodsReadyTimeout or
+    MembersLost), its quota back, requeued and readmitted on other nodes, and
+    no node over-committed.  Undone by deleting the placeholder.
+    """
+    gateway = gateway_for(common.kubeconfig)
+    target = job or job_on(gateway, node)
+
+    def plan(gang: chaos.GangSeen, items: list[Located], run: str) -> chaos.Injection:
+        obj = next(
+            (
+                i.obj
+                for i in items
+                if i.obj.get("kind") == "Node" and get(i.obj, "metadata.name", str, "") == node
+            ),
+            None,
+        )
+        if obj is None:
+            raise InputError(f"no Node {node}", field="--node")
+        pods = [i.obj for i in items if i.obj.get("kind") == "Pod"]
+        return chaos.gpu_steal(gang, obj, pods, run=run)
+
+    run_experiment(common, target, plan, "gpu-steal")
+
+
+@chaos_group.command("controller-restart")
+@click.option("--job", required=True, metavar="NS/NAME", help="The gang to watch.")
+@click.option(
+    "--during",
+    type=click.Choice(chaos.DURING),
+    default="admission",
+    show_default=True,
+    help="admission: once the gang is Admitted, before all its members run; "
+    "eviction: once it is Evicted.",
+)
+@click.option("--pid", type=int, help="A controller running here: killed with SIGKILL.")
+@click.option(
+    "--pod-selector",
+    metavar="SELECTOR",
+    help="The controller's pods in the cluster: deleted (their Deployment makes new ones).",
+)
+@click.option(
+    "--namespace",
+    "controller_namespace",
+    default="queue-controller-system",
+    show_default=True,
+    help="Where the --pod-selector pods are (deploy/manifests puts them here).",
+)
+@click.option(
+    "--restart-command",
+    metavar="CMD",
+    help="With --pid: a shell command that starts the controller again after the kill.",
+)
+@common_options
+@with_common
+def controller_restart(
+    common: Common,
+    *,
+    job: str,
+    during: str,
+    pid: int | None,
+    pod_selector: str | None,
+    controller_namespace: str,
+    restart_command: str | None,
+) -> None:
+    """Kill the controller the moment a gang is admitted (or evicted), and let it restart.
+
+    \b
+    Give the controller by --pid (a local process: SIGKILL, then --restart-command,
+    or the operator, starts it again) or by --pod-selector (its pods are deleted).
+    With --during admission, start it before the Job is admitted.  Expects the
+    gang to end Running, admitted once: never evicted and admitted again, and
+    never AdmittedTwice; with --during eviction, requeued and readmitted too.
+    """
+    if (pid is None) == (pod_selector is None):
+        raise InputError("give one of --pid and --pod-selector", field="--pid")
+    if restart_command and pid is None:
+        raise InputError("--restart-command goes with --pid", field="--restart-command")
+    target = chaos.Target(pid=pid, selector=pod_selector or "", namespace=controller_namespace)
+    pods = []
+    if pod_selector:
+        gateway = gateway_for(common.kubeconfig)
+        listed = gateway.list(gw.POD, namespace=controller_namespace, label_selector=pod_selector)
+        pods = [get(p, "metadata.name", str, "") for p in listed]
+    wait = parse_duration(common.wait, field="--wait")
+
+    def plan(gang: chaos.GangSeen, _items: list[Located], _run: str) -> chaos.Injection:
+        return chaos.controller_restart(
+            gang,
+            during=during,
+            target=target,
+            pods=pods,
+            wait=wait,
+            restart_command=restart_command,
+        )
+
+    run_experiment(common, job, plan, "controller-restart", admitted_first=False)
 
 
 @chaos_group.command("cleanup")

@@ -128,7 +128,11 @@ def _gang_timeout(gang: chaos.GangSeen, items: list[Located], timing: Timing) ->
     return timing.pods_ready_timeout_seconds
 
 
-def run_experiment(common: Common, job: str, plan: Plan, name: str) -> None:
+def run_experiment(
+    common: Common, job: str, plan: Plan, name: str, *, admitted_first: bool = True
+) -> None:
+    """Plan, check nothing is broken already, then inject, watch, undo and judge; with
+    ``admitted_first``, wait (``--wait``) for the gang to be admitted before planning."""
     namespace, job_name = _job(job)
     gateway = gateway_for(common.kubeconfig)
     run = chaos.new_run_id(name)
@@ -141,7 +145,7 @@ def run_experiment(common: Common, job: str, plan: Plan, name: str) -> None:
     if gang.job is None:
         raise InputError(f"no Job {namespace}/{job_name}", field="--job")
     waited = time.monotonic() + parse_duration(common.wait, field="--wait")
-    while gang.phase not in ("Admitted", "Running") and not common.dry_run:
+    while admitted_first and gang.phase not in ("Admitted", "Running") and not common.dry_run:
         if time.monotonic() > waited:
             break  # the plan says why it cannot start
         time.sleep(1)

@@ -13,6 +13,7 @@ import json
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
@@ -22,7 +23,17 @@ from kubernetes.client.exceptions import ApiException
 from queue_controller.chaos import LABEL, TAINT_KEY
 from tests.cluster.conftest import Cluster
 from tests.cluster.controller_harness import ROOT, ControllerProcess
-from tests.cluster.workloads import Objects, create, eventually, h100, job, running_on
+from tests.cluster.workloads import (
+    GPU,
+    GROUP,
+    VERSION,
+    Objects,
+    create,
+    eventually,
+    h100,
+    job,
+    running_on,
+)
 
 pytestmark = pytest.mark.cluster
 CLI = str(ROOT / ".venv/bin/queue-controller")
@@ -215,3 +226,147 @@ def test_node_loss_evicts_the_gang_whole_and_the_node_comes_back(
         for c in cluster.core.list_namespaced_config_map(namespace).items
         if LABEL in (c.metadata.labels or {})
     ]
+
+
+def seconds_of(out: str, phase: str) -> float:
+    found = re.search(rf"^{phase}\s+(\d+\.\d)s", out, re.M)
+    assert found is not None, f"no {phase} in the timeline"
+    return float(found.group(1))
+
+
+def test_gpu_steal_evicts_the_gang_and_readmits_it_away_from_the_stolen_gpus(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    first = admitted_gang(cluster, namespace, objects, h100(1, 2, 3), timeout=5)
+    node = sorted(first["status"]["placement"])[0]  # type: ignore[index]
+    result = chaos(cluster, "gpu-steal", "--job", f"{namespace}/gang", "--node", node)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert f"placeholder Pod {namespace}/chaos-gpu-steal-" in out
+    assert re.search(r"^evicted\s+\S+\s+(PodsReadyTimeout|MembersLost)", out, re.M)
+    print({p: seconds_of(out, p) for p in ("evicted", "quota back", "requeued", "readmitted")})
+    assert "every invariant held" in out
+    assert "undone: delete placeholder Pod" in out
+    assert chaos_marks(cluster) == []
+    assert not [
+        p
+        for p in cluster.core.list_namespaced_pod(namespace).items
+        if LABEL in (p.metadata.labels or {}) and p.metadata.deletion_timestamp is None
+    ]
+    running = eventually(
+        lambda: (r := running_on(cluster, namespace, "gang")) and sum(r.values()) == 2 and r,
+        what="the gang to run again",
+    )
+    assert node not in running
+
+
+def test_controller_restart_at_admission_admits_once_and_the_gang_runs(
+    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
+) -> None:
+    # The gang waits for quota until the run is watching; then it is admitted.
+    team = objects.team_quota(0)
+    objects.queue("q", team, timeout=30)
+    create(cluster, namespace, job("gang", queue="q", gpus=8, pods=2, nodes=h100(4, 5, 6)))
+    assert controller.process is not None
+    victim = controller.process
+    restarted: list[float] = []
+
+    def restart_when_killed() -> None:
+        try:
+            victim.wait(timeout=150)
+        except subprocess.TimeoutExpired:
+            return
+        killed = time.monotonic()
+        controller.process = None
+        controller.start()
+        restarted.append(time.monotonic() - killed)
+
+    helper = threading.Thread(target=restart_when_killed, daemon=True)
+    helper.start()
+    args = ("controller-restart", "--job", f"{namespace}/gang", "--during", "admission")
+    process = subprocess.Popen(
+        [CLI, "chaos", *args, "--pid", str(victim.pid), "--kubeconfig", str(cluster.kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        print(first, end="")
+        assert first.startswith("chaos run controller-restart-"), first
+        objects.api.patch_cluster_custom_object(
+            GROUP, VERSION, "teamquotas", team, {"spec": {"resources": {GPU: {"nominal": 64}}}}
+        )
+        out, _ = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=60)
+        helper.join(timeout=120)
+    print(out)
+    assert process.returncode == 0, out
+    assert re.search(r"caught Job \S+ Admitted: [012] members made, [01] running", out), out
+    assert not re.search(r"^evicted", out, re.M)
+    print(f"controller back (ready and leading) {restarted[0]:.1f}s after the kill")
+    print(f"gang running {seconds_of(out, 'running')}s after the kill")
+    assert controller.process is not None
+    assert controller.process.poll() is None
+    group = objects.pod_group("gang")
+    assert group is not None
+    assert group["status"]["phase"] == "Running"
+    assert group["status"].get("requeueCount", 0) == 0
+
+
+def test_controller_restart_at_eviction_requeues_and_readmits_once(
+    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
+) -> None:
+    # partial-placement evicts the gang; controller-restart kills the controller right then.
+    admitted_gang(cluster, namespace, objects, h100(4, 5, 6), timeout=5)
+    assert controller.process is not None
+    victim = controller.process
+    restarted: list[float] = []
+
+    def restart_when_killed() -> None:
+        try:
+            victim.wait(timeout=150)
+        except subprocess.TimeoutExpired:
+            return
+        killed = time.monotonic()
+        controller.process = None
+        controller.start()
+        restarted.append(time.monotonic() - killed)
+
+    helper = threading.Thread(target=restart_when_killed, daemon=True)
+    helper.start()
+    args = ("controller-restart", "--job", f"{namespace}/gang", "--during", "eviction")
+    process = subprocess.Popen(
+        [CLI, "chaos", *args, "--pid", str(victim.pid), "--kubeconfig", str(cluster.kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        print(first, end="")
+        assert first.startswith("chaos run controller-restart-"), first
+        breaker = chaos(cluster, "partial-placement", "--job", f"{namespace}/gang")
+        out, _ = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=60)
+        helper.join(timeout=120)
+    print(out)
+    assert process.returncode == 0, out
+    assert breaker.returncode == 0, breaker.stdout + breaker.stderr
+    assert re.search(r"caught Job \S+ (Evicted|Pending)", out), out
+    print(f"controller back (ready and leading) {restarted[0]:.1f}s after the kill")
+    print({p: seconds_of(out, p) for p in ("evicted", "requeued", "readmitted", "running")})
+    assert controller.process is not None
+    assert controller.process.poll() is None
+    group = objects.pod_group("gang")
+    assert group is not None
+    assert group["status"].get("requeueCount", 0) == 1
+    assert chaos_marks(cluster) == []
