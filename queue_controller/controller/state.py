@@ -132,7 +132,7 @@ class ClusterState:
             version = None if held is None else _version(held)
             if held is None or (at is not None and version is not None and version > at):
                 continue
-            del self._objects[key]
+            self._objects.pop(key, None)  # a handler thread may have taken it meanwhile
             self._tombstones[key] = at
             gone.append(key)
         if gone:

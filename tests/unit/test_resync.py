@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from queue_controller.controller.handlers import feed
+from queue_controller.controller import settings
+from queue_controller.controller.handlers import build_registry, feed
 from queue_controller.controller.resync import Resync
 from queue_controller.controller.state import ClusterState
 from queue_controller.kube import gateway as gw
@@ -143,3 +144,18 @@ def test_a_periodic_resync_runs_without_being_asked() -> None:
     asyncio.run(scenario())
     assert resync.runs >= 1
     assert state.get("Job", "ns", "ghost") is None
+
+
+def test_kopf_listing_events_ask_for_a_resync_and_watch_events_do_not() -> None:
+    state = ClusterState()
+    asked: list[str] = []
+    registry = build_registry(
+        state, settings.load(), certificate=None, relisted=lambda: asked.append("relist")
+    )
+    (on_job,) = [h.fn for h in registry._watching.get_all_handlers() if h.id == "feed-jobs"]
+    on_job(event={"type": "MODIFIED", "object": job("a", "3")})
+    assert asked == []
+    on_job(event={"type": None, "object": job("b", "4")})  # one object of kopf's relist
+    assert asked == ["relist"]
+    assert state.get("Job", "ns", "a") is not None
+    assert state.get("Job", "ns", "b") is not None
