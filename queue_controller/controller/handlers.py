@@ -11,6 +11,7 @@ created, so nothing of a queued gang starts before it is admitted.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -27,7 +28,11 @@ WEBHOOK_CONFIGURATION = "queue-controller.io"
 
 
 def build_registry(
-    state: ClusterState, config: Settings, *, certificate: ServingCertificate | None
+    state: ClusterState,
+    config: Settings,
+    *,
+    certificate: ServingCertificate | None,
+    relisted: Callable[[], None] | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -68,7 +73,7 @@ def build_registry(
                 settings.admission.managed = WEBHOOK_CONFIGURATION
 
     for resource in kinds.WATCHED:
-        _feed(registry, state, resource)
+        _feed(registry, state, resource, relisted)
 
     if certificate is not None:
         for kind in kinds.KINDS:
@@ -102,20 +107,35 @@ def _hold(registry: kopf.OperatorRegistry, rule: kinds.WebhookRule, config: Sett
         )(hold)
 
 
-def _feed(registry: kopf.OperatorRegistry, state: ClusterState, kind: Resource) -> None:
+def feed(
+    state: ClusterState, kind: Resource, event_type: str | None, raw: Mapping[str, Any]
+) -> None:
+    """Take one watch event (or one object of a listing, ``event_type`` None) into ``state``."""
     head = kinds.BY_HEAD.get(kind.kind)
+    obj = dict(raw)
+    obj.setdefault("kind", kind.kind)
+    obj.setdefault("apiVersion", kind.api_version)
+    if event_type == "DELETED":
+        state.delete(obj)
+    elif head is not None and not head.is_queued(obj):
+        if state.get(*key_of(obj)) is not None:
+            state.delete(obj)  # no longer queued: not ours to hold
+    else:
+        state.upsert(obj)
 
+
+def _feed(
+    registry: kopf.OperatorRegistry,
+    state: ClusterState,
+    kind: Resource,
+    relisted: Callable[[], None] | None,
+) -> None:
     def on_event(event: kopf.RawEvent, **_: Any) -> None:
-        obj = dict(event["object"])
-        obj.setdefault("kind", kind.kind)
-        obj.setdefault("apiVersion", kind.api_version)
-        if event["type"] == "DELETED":
-            state.delete(obj)
-        elif head is not None and not head.is_queued(obj):
-            if state.get(*key_of(obj)) is not None:
-                state.delete(obj)  # no longer queued: not ours to hold
-        else:
-            state.upsert(obj)
+        feed(state, kind, event["type"], event["object"])
+        if event["type"] is None and relisted is not None:
+            # kopf listed the kind again (start-up, or a watch that broke or met 410
+            # Gone): it says what is there, never what went, so we list and prune.
+            relisted()
 
     kopf.on.event(
         kind.group, kind.version, kind.plural, registry=registry, id=f"feed-{kind.plural}"

@@ -27,6 +27,7 @@ from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.loop import SchedulingLoop
 from queue_controller.controller.metrics import Metrics
+from queue_controller.controller.resync import Resync
 from queue_controller.controller.server import Health, HealthServer
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
@@ -144,14 +145,19 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         idle=None if dcgm is None else (lambda gangs, now: dcgm.idle_gangs(gangs, now=now)),
     )
     with tempfile.TemporaryDirectory(prefix="queue-controller-") as scratch:
+        resync = Resync(gateway, state, kinds.WATCHED)
         registry = build_registry(
-            state, settings, certificate=_certificate(settings, Path(scratch))
+            state,
+            settings,
+            certificate=_certificate(settings, Path(scratch)),
+            relisted=resync.request,
         )
         operator = asyncio.create_task(
             kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
         )
         loop_task = asyncio.create_task(scheduling.run(stop))
-        tasks = [operator, loop_task, asyncio.create_task(stop.wait())]
+        resync_task = asyncio.create_task(resync.run(stop))
+        tasks = [operator, loop_task, resync_task, asyncio.create_task(stop.wait())]
         if dcgm is not None:
             tasks.append(asyncio.create_task(dcgm.run(stop, state=state, leadership=leadership)))
         try:
@@ -165,6 +171,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         finally:
             stop.set()
             loop_task.cancel()
+            resync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(operator, timeout=15)
             leadership.stop()

@@ -116,6 +116,29 @@ class ClusterState:
             self.upsert(obj)
         self._touch()
 
+    def prune(self, kind: str, listed: Iterable[Key], listed_at: str) -> list[Key]:
+        """Forget what a fresh listing of ``kind`` (taken at ``listed_at``) no longer has.
+
+        A watch that broke and resumed with a relist (410 Gone, an API server restart)
+        sends no DELETED for what went meanwhile; this is how such an object leaves.
+        An object held at a version newer than the listing arrived after it and stays.
+        Each removed key is tombstoned at the listing's version.  The keys removed.
+        """
+        at = int(listed_at) if listed_at.isdigit() else None
+        present = set(listed)
+        gone = []
+        for key in [k for k in list(self._objects) if k[0] == kind and k not in present]:
+            held = self._objects.get(key)
+            version = None if held is None else _version(held)
+            if held is None or (at is not None and version is not None and version > at):
+                continue
+            self._objects.pop(key, None)  # a handler thread may have taken it meanwhile
+            self._tombstones[key] = at
+            gone.append(key)
+        if gone:
+            self._touch()
+        return gone
+
     def _touch(self) -> None:
         self.generation += 1
         self.changed.set()

@@ -65,6 +65,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 # in metadata.managedFields: how a PodGroup's status is told from a hand-written one.
 MANAGED = {"fieldManager": FIELD_MANAGER}
 Obj = dict[str, Any]
+Listing = tuple[list[Obj], str]  # the objects, and the resourceVersion listed at
 
 
 class GatewayError(QueueControllerError):
@@ -163,18 +164,29 @@ class Gateway:
     def list(self, kind: Resource, *, namespace: str = "", label_selector: str = "") -> list[Obj]:
         """Every object of a kind, in all namespaces (or one), each with its kind and
         apiVersion; only those that match ``label_selector`` when one is given."""
+        return self._list(kind, namespace=namespace, label_selector=label_selector)[0]
+
+    def list_at(self, kind: Resource) -> Listing:
+        """Every object of a kind, and the resourceVersion the listing was taken at
+        (a consistent snapshot across pages): what a relist compares its picture with."""
+        return self._list(kind)
+
+    def _list(self, kind: Resource, *, namespace: str = "", label_selector: str = "") -> Listing:
         items: list[Obj] = []
         query: dict[str, str] = {"limit": "500"}
         if label_selector:
             query["labelSelector"] = label_selector
+        version = ""
         while True:
             page = self._request("GET", kind.path(namespace), query=query)
             for item in page.get("items", []):
                 item["kind"], item["apiVersion"] = kind.kind, kind.api_version
                 items.append(item)
-            token = page.get("metadata", {}).get("continue")
+            metadata = page.get("metadata", {})
+            version = version or str(metadata.get("resourceVersion", ""))
+            token = metadata.get("continue")
             if not token:
-                return items
+                return items, version
             query["continue"] = token
 
     def get(self, kind: Resource, namespace: str, name: str) -> Obj:

@@ -232,9 +232,7 @@ class LocalCluster:
             json.dumps(components.kubeconfig(pki, state.ports["kube-apiserver"]), indent=2)
         )
         layout.kubeconfig.chmod(0o600)
-        wiring = components.Wiring(
-            state.ports, pki, layout.kubeconfig, layout.state_dir, layout.stages
-        )
+        wiring = self._wiring(state, pki)
         state.save(layout.state_file)
         for name in COMPONENTS:
             state.pids[name] = self._spawn(name, components.arguments(name, wiring))
@@ -259,8 +257,15 @@ class LocalCluster:
             deadline,
         )
 
+    def _wiring(self, state: State, pki: pki_module.Pki) -> components.Wiring:
+        layout = self.layout
+        return components.Wiring(
+            state.ports, pki, layout.kubeconfig, layout.state_dir, layout.stages
+        )
+
     def _spawn(self, name: str, args: list[str]) -> int:
-        log = (self.layout.logs / f"{name}.log").open("wb")
+        # Appended to: a restarted component's log keeps what it said before.
+        log = (self.layout.logs / f"{name}.log").open("ab")
         process = subprocess.Popen(
             [str(self.layout.binary(name).resolve()), *args],
             stdin=subprocess.DEVNULL,
@@ -271,6 +276,25 @@ class LocalCluster:
         )
         log.close()
         return process.pid
+
+    def restart(self, name: str, *, timeout: float = 60.0) -> int:
+        """Stop one running component and start it again with the same arguments and
+        ports (a fault for tests: restarting kube-apiserver drops every watch); its new PID."""
+        if name not in COMPONENTS:
+            raise ClusterError(f"unknown component {name!r}; one of {', '.join(COMPONENTS)}")
+        with self._locked():
+            state = State.load(self.layout.state_file)
+            if state is None or not self.status().running.get(name):
+                raise ClusterError(f"{name} is not running in {self.layout.state_dir}")
+            self._stop_component(name, state.pids[name])
+            pki = pki_module.Pki(self.layout.state_dir / "pki")
+            state.pids[name] = self._spawn(
+                name, components.arguments(name, self._wiring(state, pki))
+            )
+            state.save(self.layout.state_file)
+            self._wait_healthy(name, state, pki, time.monotonic() + timeout)
+            self.report(f"  {name} restarted (pid {state.pids[name]}, port {state.ports[name]})")
+            return state.pids[name]
 
     # -- waiting ---------------------------------------------------------------
 
@@ -338,13 +362,22 @@ class LocalCluster:
             os.kill(pid, signal.SIGTERM)
             stopped.append(name)
         for name in (name for name in stopped if name in COMPONENTS):
-            pid, binary = state.pids[name], self.layout.binary(name).resolve()
-            limit = time.monotonic() + 15
-            while _ours(pid, binary) and time.monotonic() < limit:
-                time.sleep(0.1)
-            if _ours(pid, binary):
-                os.kill(pid, signal.SIGKILL)
+            self._wait_stopped(name, state.pids[name])
         return stopped
+
+    def _stop_component(self, name: str, pid: int) -> None:
+        if _ours(pid, self.layout.binary(name).resolve()):
+            os.kill(pid, signal.SIGTERM)
+            self._wait_stopped(name, pid)
+
+    def _wait_stopped(self, name: str, pid: int) -> None:
+        """Wait up to 15 s for a SIGTERMed component to go, then SIGKILL it."""
+        binary = self.layout.binary(name).resolve()
+        limit = time.monotonic() + 15
+        while _ours(pid, binary) and time.monotonic() < limit:
+            time.sleep(0.1)
+        if _ours(pid, binary):
+            os.kill(pid, signal.SIGKILL)
 
     def down(self) -> list[str]:
         """Stop every process this cluster started, by PID, and remove its state."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import subprocess
 import threading
 import time
@@ -275,3 +276,63 @@ def test_a_malformed_setting_at_start_up_is_one_line_naming_it(
     assert done.returncode != 0
     assert named in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_api_server_restart_is_followed_by_a_relist_that_leaves_no_ghosts(
+    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
+) -> None:
+    """While the controller is frozen (SIGSTOP) the API server restarts, which ends every
+    watch of the controller, and then an admitted Job is deleted.  Deleted after the
+    restart, no DELETED event can wait in a socket buffer of the controller; and its
+    watches' resourceVersion is older than the new watch cache, so on resuming they meet
+    410 Gone and list again: the deleted Job is simply not in the listing.  Nothing of it
+    may stay behind: its quota is given back and the gang that waited on it is admitted."""
+    if cluster.local is None:
+        pytest.skip("restarts the API server of a cluster the session started")
+    assert controller.process is not None
+    quota = objects.team_quota(8)
+    objects.queue("q", quota)
+    nodes = h100(6, 7)
+    create(cluster, namespace, job("gone", queue="q", gpus=4, pods=2, nodes=nodes))
+    eventually(lambda: objects.phase("gone", "Running"), what="running")
+    eventually(lambda: quota_used(objects, quota) == "8", what="the whole quota in use")
+    create(cluster, namespace, job("next", queue="q", gpus=2, pods=1, nodes=nodes))
+    eventually(
+        lambda: (g := objects.pod_group("next")) and g["status"].get("reason") == "QuotaExceeded",
+        timeout=30,
+        what="the second gang waiting on the quota",
+    )
+    started = time.monotonic()
+    controller.process.send_signal(signal.SIGSTOP)
+    try:
+        cluster.local.restart("kube-apiserver")
+        cluster.batch.delete_namespaced_job("gone", namespace, propagation_policy="Background")
+        eventually(
+            lambda: (
+                not cluster.core.list_namespaced_pod(
+                    namespace, label_selector="job-name=gone"
+                ).items
+            ),
+            timeout=60,
+            what="the deleted Job's pods gone",
+        )
+    finally:
+        controller.process.send_signal(signal.SIGCONT)
+    frozen = time.monotonic() - started
+    eventually(lambda: objects.phase("next", "Running"), timeout=90, what="the waiting gang")
+    eventually(lambda: quota_used(objects, quota) == "2", timeout=30, what="the quota given back")
+    recovered = time.monotonic() - started - frozen
+
+    def pod_groups() -> list[str]:
+        listed = objects.api.list_namespaced_custom_object(GROUP, VERSION, namespace, "podgroups")
+        return [g["metadata"]["name"] for g in listed["items"]]
+
+    # The garbage collector removes the deleted Job's PodGroup (its owner) once it has
+    # caught up after the restart; the controller must not make it again, nor a second one.
+    eventually(lambda: pod_groups() == ["next"], timeout=60, what="only the live gang's PodGroup")
+    ready = eventually(lambda: (r := controller.readyz()) and r.get("ready") and r, what="ready")
+    assert ready["leader"] is True
+    assert controller.process.poll() is None, "the controller rode it out"
+    # Learnt from its own relist, not from a DELETED event (none was ever sent to it).
+    assert f"Job {namespace}/gone is gone" in controller.log_tail(100_000)
+    print(f"frozen {frozen:.1f}s; recovered {recovered:.1f}s after resuming")

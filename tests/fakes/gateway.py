@@ -178,6 +178,13 @@ class FakeGateway(gw.Gateway):
                 )
             ]
 
+    def list_at(self, kind: gw.Resource) -> gw.Listing:
+        with self._lock:
+            # The latest version handed out: every held object is at or below it.
+            version = next(self._versions)
+            self._versions = itertools.count(version)
+        return self.list(kind), str(version - 1)
+
     def get(self, kind: gw.Resource, namespace: str, name: str) -> Obj:
         namespace = self._namespace(kind, namespace)
         with self._serve(Call("get", kind, namespace, name)):

@@ -117,7 +117,7 @@ def suspended(c: Cluster, name: str = "train") -> bool:
 
 def test_the_fake_has_every_public_method_of_the_gateway_with_its_signature() -> None:
     public = [n for n, f in inspect.getmembers(gw.Gateway, inspect.isfunction) if n[0] != "_"]
-    assert public == ["create", "delete", "event", "get", "list", "patch"]
+    assert public == ["create", "delete", "event", "get", "list", "list_at", "patch"]
     for name in public:
         real, fake = getattr(gw.Gateway, name), getattr(FakeGateway, name)
         assert fake is not real, name
