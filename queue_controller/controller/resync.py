@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from queue_controller.controller.handlers import feed
 from queue_controller.controller.state import ClusterState, Key, key_of
 from queue_controller.kube import gateway as gw
+from queue_controller.kube import kinds
 from queue_controller.kube.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,11 @@ class Resync:
     async def once(self) -> list[Key]:
         """List every kind and prune what is gone; the keys pruned (none if a list failed)."""
         pruned: list[Key] = []
-        for resource in self.resources:
+        # Only kinds the watches hold: what the ClusterRole grants lists of (the chart's
+        # tests read this loop), and of those the ones it was given.
+        for resource in kinds.WATCHED:
+            if resource not in self.resources:
+                continue
             try:
                 items, listed_at = await asyncio.to_thread(self.gateway.list_at, resource)
             except gw.GatewayError as error:
