@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +337,75 @@ def test_an_api_server_restart_is_followed_by_a_relist_that_leaves_no_ghosts(
     # Learnt from its own relist, not from a DELETED event (none was ever sent to it).
     assert f"Job {namespace}/gone is gone" in controller.log_tail(100_000)
     print(f"frozen {frozen:.1f}s; recovered {recovered:.1f}s after resuming")
+
+
+POSTGRES_SH = ROOT / "tests" / "journal" / "postgres.sh"
+
+
+@pytest.fixture
+def postgres(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A PostgreSQL server of this test's own (installed if missing, as `make journal-test`
+    does), to halt and resume at will; removed at the end."""
+    env = {**os.environ, "QC_POSTGRES_DIR": str(tmp_path / "postgres")}
+    started = subprocess.run(
+        [str(POSTGRES_SH), "start"], env=env, capture_output=True, text=True, check=False
+    )
+    if started.returncode != 0:
+        pytest.fail(f"postgres.sh start failed:\n{started.stderr}")
+    try:
+        yield started.stdout.strip(), env
+    finally:
+        subprocess.run([str(POSTGRES_SH), "stop"], env=env, capture_output=True, check=False)
+
+
+def test_the_postgres_journal_going_away_and_back_never_stops_scheduling(
+    cluster: Cluster,
+    namespace: str,
+    objects: Objects,
+    controller: ControllerProcess,
+    postgres: tuple[str, dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    url, env = postgres
+    journalled = ControllerProcess(
+        kubeconfig=cluster.kubeconfig,
+        journal=url,
+        logs=tmp_path,
+        identity=controller.identity,  # takes the session controller's place and Lease
+        webhook="off",
+    )
+    objects.queue("q", objects.team_quota(8))
+    nodes = h100(4)
+    controller.stop()
+    try:
+        journalled.start()
+
+        def submit(name: str) -> None:
+            body = job(name, queue="q", gpus=2, pods=1, nodes=nodes, suspend=True)
+            create(cluster, namespace, body)
+
+        def journal_state() -> str:
+            answer = journalled.readyz() or {}
+            return str(answer.get("journal", ""))
+
+        def written() -> set[str]:
+            return {e.name for e in read_history(url, namespace=namespace)}
+
+        submit("before")
+        eventually(lambda: objects.phase("before", "Running"), timeout=60, what="admitted")
+        subprocess.run([str(POSTGRES_SH), "halt"], env=env, check=True, capture_output=True)
+        # The journal is down: scheduling goes on, and /readyz and the metric say so.
+        submit("during")
+        eventually(lambda: objects.phase("during", "Running"), timeout=60, what="admitted anyway")
+        eventually(lambda: journal_state().startswith("degraded"), timeout=30, what="degraded")
+        answer = journalled.readyz()
+        assert answer is not None
+        assert answer["ready"] is True
+        assert journalled.metric("queue_controller_journal_up") == 0
+        subprocess.run([str(POSTGRES_SH), "resume"], env=env, check=True, capture_output=True)
+        eventually(lambda: journal_state() == "ok", timeout=60, what="the journal back")
+        # What happened during the outage was kept and written once the server was back.
+        eventually(lambda: {"before", "during"} <= written(), timeout=60, what="entries written")
+    finally:
+        journalled.stop()
+        controller.start()
