@@ -23,6 +23,11 @@ from queue_controller.kube.snapshot import Located
 # The controller under test ticks every 5 s; on a loaded 2-core CI machine a cycle's
 # writes can lag, so the checker allows two.
 TIMING = Timing(cycle_seconds=10, pods_ready_timeout_seconds=300)
+# A violation counts once it has held this long, look after look.  What the objects
+# cannot date has a blind window: a member the pod GC deleted is simply gone until
+# the Job controller makes its replacement (a second or two), and until then the gang
+# looks partly placed since it started.  A real breach outlasts the window.
+PERSISTS_SECONDS = 5.0
 
 
 class BackgroundCheck:
@@ -31,6 +36,7 @@ class BackgroundCheck:
         self.namespace = namespace
         self.interval = interval
         self.seen: dict[tuple[str, tuple[str, ...]], Violation] = {}
+        self._first: dict[tuple[str, tuple[str, ...]], float] = {}
         self.looks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="invariants", daemon=True)
@@ -58,8 +64,12 @@ class BackgroundCheck:
             objects = self._objects()
         except GatewayError:
             return  # the API server restarting in a test: look again next time
-        for violation in look(objects, now=time.time(), timing=TIMING).violations:
-            self.seen.setdefault(violation.key, violation)
+        now = time.time()
+        found = {v.key: v for v in look(objects, now=now, timing=TIMING).violations}
+        self._first = {key: self._first.get(key, now) for key in found}
+        for key, violation in found.items():
+            if now - self._first[key] >= PERSISTS_SECONDS:
+                self.seen.setdefault(key, violation)
         self.looks += 1
 
     def _run(self) -> None:
