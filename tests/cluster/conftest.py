@@ -109,7 +109,11 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     yield name
     batch = cluster.batch
     for job in batch.list_namespaced_job(name).items:
-        batch.delete_namespaced_job(job.metadata.name, name, propagation_policy="Background")
+        try:
+            batch.delete_namespaced_job(job.metadata.name, name, propagation_policy="Background")
+        except ApiException as error:
+            if error.status != 404:  # already gone (the test deleted it, or the GC did)
+                raise
     cluster.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     deadline = time.monotonic() + 30
     while cluster.core.list_namespaced_pod(name).items and time.monotonic() < deadline:
