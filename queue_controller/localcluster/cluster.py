@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,11 +106,20 @@ class Status:
         return any(self.running.values()) and not self.up
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def _free_ports(names: Iterable[str]) -> dict[str, int]:
+    """A free loopback port for each name, all different.
+
+    Every socket stays bound until all are chosen: asked one at a time, the kernel may
+    hand out a port it has just freed again, and two components would then race for
+    one port (the second dies with "address already in use").
+    """
+    with contextlib.ExitStack() as stack:
+        ports = {}
+        for name in names:
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            ports[name] = int(sock.getsockname()[1])
+        return ports
 
 
 CONTROLLER_MARKER = ("queue_controller", "run")
@@ -227,7 +236,7 @@ class LocalCluster:
         layout = self.layout
         layout.logs.mkdir(parents=True)
         pki = pki_module.create(layout.state_dir / "pki")
-        state.ports = {name: _free_port() for name in components.PORTS}
+        state.ports = _free_ports(components.PORTS)
         layout.kubeconfig.write_text(
             json.dumps(components.kubeconfig(pki, state.ports["kube-apiserver"]), indent=2)
         )

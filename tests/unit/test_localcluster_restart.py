@@ -63,3 +63,12 @@ def test_restart_replaces_the_process_and_keeps_its_arguments_and_ports(
         assert local.status().running == {"etcd": True}
     finally:
         local.down()
+
+
+def test_the_ports_a_cluster_starts_on_are_all_different() -> None:
+    from queue_controller.localcluster import components
+    from queue_controller.localcluster.cluster import _free_ports
+
+    for _ in range(20):
+        ports = _free_ports(components.PORTS)
+        assert len(set(ports.values())) == len(ports) == len(tuple(components.PORTS))
