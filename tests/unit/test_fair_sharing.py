@@ -134,7 +134,9 @@ def holding(name: str, q: str, node: str, created: float) -> tuple[Workload, Bou
     return workload, running_pod(node, 4, name=f"{name}-0", workload=workload.key)
 
 
-def a_holds_everything(pending: list[Workload]) -> CycleResult:
+def a_holds_everything(
+    pending: list[Workload], quotas: list[TeamQuota] | None = None
+) -> CycleResult:
     """a borrows all 16 GPUs of two nodes (four 4-GPU gangs); b asks."""
     held = [holding(f"a{i}", "qa", f"n{i % 2}", float(i)) for i in range(4)]
     return schedule(
@@ -142,11 +144,19 @@ def a_holds_everything(pending: list[Workload]) -> CycleResult:
             nodes=[gpu_node("n0", 8), gpu_node("n1", 8)],
             pods=[pod for _, pod in held],
             workloads=[w for w, _ in held] + pending,
-            quotas=[team("lender", 16), team("a", 0), team("b", 0)],
+            quotas=quotas or [team("lender", 16), team("a", 0), team("b", 0)],
             queues=QUEUES,
             cohorts=FAIR,
         )
     )
+
+
+def decision_of(result: CycleResult, workload: str) -> Decision:
+    (decision,) = [d for d in result.decisions if d.workload == workload]
+    return decision
+
+
+B0 = gang("b0", 1, 4, queue="qb", created=100)
 
 
 def test_a_quota_above_its_share_gives_back_to_one_below_it() -> None:
@@ -166,18 +176,7 @@ def test_a_quota_above_its_share_gives_back_to_one_below_it() -> None:
 
 def test_no_preemption_without_a_reclaim_policy() -> None:
     quiet = [team("lender", 16), team("a", 0), team("b", 0, policy=Preemption())]
-    held = [holding(f"a{i}", "qa", f"n{i % 2}", float(i)) for i in range(4)]
-    result = schedule(
-        snapshot(
-            nodes=[gpu_node("n0", 8), gpu_node("n1", 8)],
-            pods=[pod for _, pod in held],
-            workloads=[w for w, _ in held] + [gang("b0", 1, 4, queue="qb", created=100)],
-            quotas=quiet,
-            queues=QUEUES,
-            cohorts=FAIR,
-        )
-    )
-    (decision,) = [d for d in result.decisions if d.workload == "ns/b0"]
+    decision = decision_of(a_holds_everything([B0], quiet), "ns/b0")
     assert decision.verdict is Verdict.PENDING
 
 
@@ -222,32 +221,12 @@ def test_victims_come_from_the_quota_furthest_above_its_share() -> None:
 def test_a_quota_of_weight_zero_borrows_from_nobody() -> None:
     # Both borrowers weigh 0: b's share with its gang is infinite, a's too; b does not
     # take from a (the two would take the same GPUs in turns).
-    held = [holding(f"a{i}", "qa", f"n{i % 2}", float(i)) for i in range(4)]
-    result = schedule(
-        snapshot(
-            nodes=[gpu_node("n0", 8), gpu_node("n1", 8)],
-            pods=[pod for _, pod in held],
-            workloads=[w for w, _ in held] + [gang("b0", 1, 4, queue="qb", created=100)],
-            quotas=[team("lender", 16), team("a", 0, weight=0), team("b", 0, weight=0)],
-            queues=QUEUES,
-            cohorts=FAIR,
-        )
-    )
-    (decision,) = [d for d in result.decisions if d.workload == "ns/b0"]
+    weightless = [team("lender", 16), team("a", 0, weight=0), team("b", 0, weight=0)]
+    decision = decision_of(a_holds_everything([B0], weightless), "ns/b0")
     assert decision.verdict is Verdict.PENDING
 
 
 def test_a_quota_of_weight_zero_gives_way_to_one_that_weighs() -> None:
-    held = [holding(f"a{i}", "qa", f"n{i % 2}", float(i)) for i in range(4)]
-    result = schedule(
-        snapshot(
-            nodes=[gpu_node("n0", 8), gpu_node("n1", 8)],
-            pods=[pod for _, pod in held],
-            workloads=[w for w, _ in held] + [gang("b0", 1, 4, queue="qb", created=100)],
-            quotas=[team("lender", 16), team("a", 0, weight=0), team("b", 0)],
-            queues=QUEUES,
-            cohorts=FAIR,
-        )
-    )
-    (decision,) = [d for d in result.decisions if d.workload == "ns/b0"]
+    quotas = [team("lender", 16), team("a", 0, weight=0), team("b", 0)]
+    decision = decision_of(a_holds_everything([B0], quotas), "ns/b0")
     assert decision.verdict is Verdict.PREEMPT
