@@ -260,18 +260,14 @@ def test_gpu_steal_evicts_the_gang_and_readmits_it_away_from_the_stolen_gpus(
     assert node not in running
 
 
-def test_controller_restart_at_admission_admits_once_and_the_gang_runs(
-    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
-) -> None:
-    # The gang waits for quota until the run is watching; then it is admitted.
-    team = objects.team_quota(0)
-    objects.queue("q", team, timeout=30)
-    create(cluster, namespace, job("gang", queue="q", gpus=8, pods=2, nodes=h100(4, 5, 6)))
-    assert controller.process is not None
+def restart_when_killed(controller: ControllerProcess) -> tuple[threading.Thread, list[float]]:
+    """Start the session's controller again once the experiment kills it (the supervisor
+    a real deployment has), so later tests keep theirs; how long it took, once done."""
     victim = controller.process
+    assert victim is not None
     restarted: list[float] = []
 
-    def restart_when_killed() -> None:
+    def watch() -> None:
         try:
             victim.wait(timeout=150)
         except subprocess.TimeoutExpired:
@@ -281,8 +277,21 @@ def test_controller_restart_at_admission_admits_once_and_the_gang_runs(
         controller.start()
         restarted.append(time.monotonic() - killed)
 
-    helper = threading.Thread(target=restart_when_killed, daemon=True)
+    helper = threading.Thread(target=watch, daemon=True)
     helper.start()
+    return helper, restarted
+
+
+def test_controller_restart_at_admission_admits_once_and_the_gang_runs(
+    cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
+) -> None:
+    # The gang waits for quota until the run is watching; then it is admitted.
+    team = objects.team_quota(0)
+    objects.queue("q", team, timeout=30)
+    create(cluster, namespace, job("gang", queue="q", gpus=8, pods=2, nodes=h100(4, 5, 6)))
+    assert controller.process is not None
+    victim = controller.process
+    helper, restarted = restart_when_killed(controller)
     args = ("controller-restart", "--job", f"{namespace}/gang", "--during", "admission")
     process = subprocess.Popen(
         [CLI, "chaos", *args, "--pid", str(victim.pid), "--kubeconfig", str(cluster.kubeconfig)],
@@ -325,20 +334,7 @@ def test_controller_restart_at_eviction_requeues_and_readmits_once(
     admitted_gang(cluster, namespace, objects, h100(4, 5, 6), timeout=5)
     assert controller.process is not None
     victim = controller.process
-    restarted: list[float] = []
-
-    def restart_when_killed() -> None:
-        try:
-            victim.wait(timeout=150)
-        except subprocess.TimeoutExpired:
-            return
-        killed = time.monotonic()
-        controller.process = None
-        controller.start()
-        restarted.append(time.monotonic() - killed)
-
-    helper = threading.Thread(target=restart_when_killed, daemon=True)
-    helper.start()
+    helper, restarted = restart_when_killed(controller)
     args = ("controller-restart", "--job", f"{namespace}/gang", "--during", "eviction")
     process = subprocess.Popen(
         [CLI, "chaos", *args, "--pid", str(victim.pid), "--kubeconfig", str(cluster.kubeconfig)],
