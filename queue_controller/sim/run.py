@@ -20,8 +20,9 @@ from queue_controller.sim.admission import Admission
 from queue_controller.sim.binding import Binding
 from queue_controller.sim.cluster import ForeignPods, NodeBook, PodScheduler
 from queue_controller.sim.events import STRANDED_SAMPLE_SECONDS, Event, Kind
-from queue_controller.sim.faults import FaultPlan, ForeignPod, uniform
+from queue_controller.sim.faults import FaultPlan, uniform
 from queue_controller.sim.measure import Meters
+from queue_controller.sim.nodefaults import NodeFaults
 from queue_controller.sim.outcome import journal_entry, policy_result
 from queue_controller.sim.policy import DEFAULT_TIMEOUT_SECONDS, Policy
 from queue_controller.sim.preempting import Preempting
@@ -35,12 +36,11 @@ if TYPE_CHECKING:
 
 Record = Callable[["Entry"], None]
 Progress = Callable[[str, float], None]
-MEMBERS_LOST = "MembersLost"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 GIVE_UP_SECONDS = 30 * 86400.0
 
 
-class PolicyRun(Binding, Preempting):
+class PolicyRun(Binding, Preempting, NodeFaults):
     def __init__(
         self,
         name: str,
@@ -389,46 +389,8 @@ class PolicyRun(Binding, Preempting):
 
     # -- faults ----------------------------------------------------------------
 
-    def _node_down(self, node: str) -> None:
-        self.book.fail(node)
-        for job in sorted(self.on_node[node], key=lambda j: j.key):
-            if self.admits:
-                self._evict(job, MEMBERS_LOST, f"node {node} failed")
-            else:
-                self._lose(job, node)
-        self.foreign.node_failed(node)
-        self._terminating_lost(node)
-        self.book.clear(node)
-
     def _usage_changed(self, team: str) -> None:
         self.shares.sample(team, self.admission.quota_usage[team], self.now)
-
-    def _lose(self, job: JobState, node: str) -> None:
-        """per-pod: the Job controller recreates the lost pods; the gang's run restarts."""
-        self._release(job, [node])
-        job.attempt += 1
-        job.running = job.bound_count
-        for pod in range(job.bound_count, job.pods):
-            at = self.now + self._bind_delay(job, pod)
-            self.push(at, Kind.ENQUEUE, (job, job.attempt, pod, 0))
-
-    def _node_up(self, node: str) -> None:
-        self.book.recover(node)
-        self.admission.freed_nodes.add(node)
-        self.dirty = True
-        self._wake()
-
-    def _foreign_start(self, pod: ForeignPod) -> None:
-        node = self.foreign.start(pod)
-        if node is not None:
-            self.push(pod.ends, Kind.FOREIGN_END, (pod, node))
-
-    def _foreign_end(self, data: tuple[ForeignPod, str]) -> None:
-        pod, node = data
-        if self.foreign.end(pod, node):
-            self.admission.freed_nodes.add(node)
-            self.dirty = True
-            self._wake()
 
     def _deadlock_check(self, data: tuple[JobState, float]) -> None:
         job, stamp = data
