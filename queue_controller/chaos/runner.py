@@ -169,8 +169,16 @@ class Runner:
 
     def _look(self, scope: Scope, watch: Watch, now: float) -> list[Violation]:
         result = look(self.listing(), now=now, timing=self.timing)
-        new, _ = watch.update(result.violations, now)
-        broken = [v for v in watch.current(tuple(new)) if scope.covers(v)]
+        watch.update(result.violations, now)
+        # A violation counts once it has held for a cycle: the objects can show a loss
+        # (a lost node's pod collected) a moment before the controller's own mark of it
+        # (MembersLost) dates it, and the controller is promised one cycle to act on
+        # anything it sees.  One that lasts is still caught, a cycle later.
+        broken = [
+            v
+            for v in watch.current(result.violations)
+            if scope.covers(v) and now - watch.first_seen[v.key] >= self.timing.cycle_seconds
+        ]
         for violation in broken:
             self.say(f"broken: {violation.invariant.value}: {violation.message}")
         return broken

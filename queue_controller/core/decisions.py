@@ -36,6 +36,7 @@ class Reason(StrEnum):
     WAITING_FOR_HEAD = "WaitingForHead"
     QUEUE_NOT_FOUND = "QueueNotFound"
     TEAM_QUOTA_NOT_FOUND = "TeamQuotaNotFound"
+    TOPOLOGY_NOT_FOUND = "TopologyNotFound"  # its Queue names a Topology that does not exist
     BACKOFF = "Backoff"  # evicted earlier, requeued, and not yet due again
     DEACTIVATED = "Deactivated"  # past the queue's backoffLimit; never retried
     WAITING_FOR_MEMBERS = "WaitingForMembers"  # a pod group short of its total count
@@ -60,6 +61,10 @@ class Decision:
     victims: tuple[tuple[str, Reason], ...] = ()
     # On Preempt: pod set -> node -> members, the room to hold until the victims are gone.
     nominated: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # On Admit of pod sets that asked for a topology: pod set -> the domain it got
+    # (Placement.domain), and pod set -> its slices (node -> members of each).
+    domains: Mapping[str, str] = field(default_factory=dict)
+    slices: Mapping[str, tuple[Mapping[str, int], ...]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -86,6 +91,10 @@ class Decision:
             out["placement"] = dict(self.placement)
             if self.pod_set_placement:
                 out["podSets"] = {name: dict(p) for name, p in self.pod_set_placement.items()}
+            if self.domains:
+                out["domains"] = dict(self.domains)
+            if self.slices:
+                out["slices"] = {name: [dict(s) for s in sl] for name, sl in self.slices.items()}
         return out
 
 

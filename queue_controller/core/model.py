@@ -261,6 +261,39 @@ class Queue:
     requeue: RequeuePolicy = RequeuePolicy()
     evict_on_gpu_unhealthy: bool = True  # False: mark the gang and let it run
     evict_idle: bool = False
+    topology_name: str = ""  # spec.topologyName: the Topology its gangs may ask for
+
+
+class TopologyMode(StrEnum):
+    """How a pod set's members are kept together (Kueue's TAS annotations)."""
+
+    REQUIRED = "Required"  # every member in one domain of the level, or not admitted
+    PREFERRED = "Preferred"  # the narrowest domain that holds it, else the fewest domains
+    UNCONSTRAINED = "Unconstrained"  # anywhere in the topology; only slices bind it
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequest:
+    """What a pod set asks of its Queue's Topology, as written on the workload.
+
+    Levels are node label keys; they are checked against the Topology in the cycle,
+    which alone knows the Queue's Topology.  ``field`` names where the request was
+    written, so that a message about it points there.
+    """
+
+    mode: TopologyMode = TopologyMode.UNCONSTRAINED
+    level: str = ""  # a Topology level's node label; "" when unconstrained
+    slice_size: int = 0  # 0: no slices
+    slice_level: str = ""  # every slice_size consecutive members (by index) in one domain
+    field: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """A Topology object: node label keys from the broadest domain to the narrowest."""
+
+    name: str
+    levels: tuple[str, ...]
 
 
 class WorkloadPhase(StrEnum):
@@ -286,6 +319,7 @@ class PodSet:
     # Where the template is written in its object ("spec.template.spec" in a Job,
     # "spec" in a Pod), so a message about a bad field names it where the user wrote it.
     path: str = ""
+    topology: TopologyRequest | None = None  # None: placed without regard to topology
 
 
 def one_pod_set(
@@ -371,3 +405,4 @@ class Snapshot:
     priority_classes: tuple[PriorityClass, ...] = ()
     now: float = 0.0
     cohorts: tuple[Cohort, ...] = ()
+    topologies: tuple[Topology, ...] = ()

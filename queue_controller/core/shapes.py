@@ -48,6 +48,11 @@ class SetShape:
 @dataclass(frozen=True, slots=True)
 class Placement:
     nodes: Mapping[str, int]  # node -> members
+    # With a topology: the narrowest domain holding every member, as its label values
+    # from the broadest level down joined by "/" ("" when it spans top-level domains).
+    domain: str = ""
+    # With slices: node -> members of each slice, in member-index order.
+    slices: tuple[Mapping[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

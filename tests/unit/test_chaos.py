@@ -335,3 +335,45 @@ def test_controller_restart_needs_exactly_one_controller() -> None:
     both = ["--pid", "1", "--pod-selector", "app=qc"]
     result = CliRunner().invoke(cli, ["chaos", "controller-restart", "--job", "ns/x", *both])
     assert "give one of --pid and --pod-selector" in str(result.exception)
+
+
+def test_a_violation_fails_a_run_only_once_it_has_held_for_a_cycle() -> None:
+    # The objects can show a loss a moment before the controller's mark of it dates it;
+    # a violation seen once and gone at the next look is not the run's verdict.
+    from queue_controller.chaos.runner import Runner, Scope
+    from queue_controller.check import Timing, Watch
+    from queue_controller.kube.fields import describe
+    from queue_controller.kube.snapshot import Located
+    from tests.check.test_invariants import GPU, healthy, member
+
+    filler = member("filler", "n1", owner="nobody")
+    filler["metadata"]["ownerReferences"] = []
+    filler["spec"]["containers"][0]["resources"] = {"limits": {GPU: 3}}
+    objects = [*healthy(), filler]
+
+    said: list[str] = []
+    runner = Runner(
+        MemoryGateway({}),
+        run="r",
+        timing=Timing(cycle_seconds=5),
+        interval=1.0,
+        say=said.append,
+    )
+    runner.listing = lambda: [Located(describe(o), o) for o in objects]  # type: ignore[method-assign]
+    watch, everything = Watch(), Scope(frozenset(), everything=True)
+    assert runner._look(everything, watch, 1000.0) == []
+    assert runner._look(everything, watch, 1004.0) == []
+    broken = runner._look(everything, watch, 1005.0)
+    assert [v.invariant for v in broken] == [Invariant.NODE_OVERCOMMITTED]
+    assert said == [f"broken: NodeOvercommitted: {broken[0].message}"]
+
+    # Healed before the cycle was out and back again: it counts afresh from its return.
+    watch = Watch()
+    healed = healthy()
+    assert runner._look(everything, watch, 2000.0) == []
+    runner.listing = lambda: [Located(describe(o), o) for o in healed]  # type: ignore[method-assign]
+    assert runner._look(everything, watch, 2003.0) == []
+    runner.listing = lambda: [Located(describe(o), o) for o in objects]  # type: ignore[method-assign]
+    assert runner._look(everything, watch, 2004.0) == []
+    assert runner._look(everything, watch, 2008.0) == []
+    assert len(runner._look(everything, watch, 2009.0)) == 1
