@@ -147,7 +147,16 @@ def snapshot(**kwargs: object) -> Snapshot:
     """A snapshot with a default unlimited team quota and queue unless given."""
     kwargs.setdefault("quotas", (quota(),))
     kwargs.setdefault("queues", (queue(),))
-    listed = ("nodes", "pods", "workloads", "queues", "quotas", "priority_classes", "cohorts")
+    listed = (
+        "nodes",
+        "pods",
+        "workloads",
+        "queues",
+        "quotas",
+        "priority_classes",
+        "cohorts",
+        "topologies",
+    )
     for key in listed:
         if key in kwargs:
             kwargs[key] = tuple(kwargs[key])  # type: ignore[call-overload]

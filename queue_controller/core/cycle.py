@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
+from queue_controller.core.domains import with_topology
 from queue_controller.core.explain import count_of
 from queue_controller.core.fairshare import FairShares, FairTurns
 from queue_controller.core.fit import EquivalenceIndex
@@ -21,7 +22,6 @@ from queue_controller.core.gpuhealth import unhealthy_note
 from queue_controller.core.model import (
     Node,
     Ordering,
-    PodTemplate,
     Queue,
     Snapshot,
     Workload,
@@ -35,6 +35,7 @@ from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import Resources, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Placer, SetShape, shape_of
+from queue_controller.core.topology import Refusal, resolve
 from queue_controller.core.victims import Holder, VictimSearch
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Iterable[GangShape]], Placer]
@@ -67,18 +68,36 @@ class _Cycle(PreemptingCycle):
             key=lambda p: order_key(p.workload, p.priority),
         )
         self.shapes: dict[str, tuple[SetShape, ...]] = {}
-        by_template: dict[tuple[PodTemplate, tuple[tuple[str, int], ...]], GangShape] = {}
+        # Gangs whose topology request cannot be met as written: workload key -> refusal.
+        self.refused: dict[str, Refusal] = {}
+        topologies = {t.name: t for t in snapshot.topologies}
+        by_template: dict[tuple[object, ...], GangShape] = {}
         for p in self.pending:
             if p.error:
                 continue
             sets = []
+            queue = self.queues.get((p.workload.namespace, p.workload.queue))
             for pod_set, request in zip(p.workload.pod_sets, p.requests, strict=True):
-                memo = (pod_set.template, tuple(sorted(request.items())))
+                ask = None
+                if pod_set.topology is not None and queue is not None:
+                    resolved = resolve(
+                        pod_set.topology,
+                        pod_set=pod_set,
+                        queue=queue,
+                        topologies=topologies,
+                        several_sets=len(p.workload.pod_sets) > 1,
+                    )
+                    if isinstance(resolved, Refusal):
+                        self.refused.setdefault(p.workload.key, resolved)
+                        continue
+                    ask = resolved
+                memo = (pod_set.template, tuple(sorted(request.items())), ask)
                 shape = by_template.get(memo)
                 if shape is None:
-                    shape = by_template[memo] = shape_of(pod_set.template, request)
+                    shape = by_template[memo] = shape_of(pod_set.template, request, ask)
                 sets.append(SetShape(pod_set, shape))
-            self.shapes[p.workload.key] = tuple(sets)
+            if p.workload.key not in self.refused:
+                self.shapes[p.workload.key] = tuple(sets)
         used, self.held = node_usage(snapshot.pods, admitted)
         self.placer = placer_factory(
             snapshot.nodes,
@@ -243,6 +262,11 @@ class _Cycle(PreemptingCycle):
                 f"requeued {workload.requeue_count} times after eviction; "
                 f"eligible again at {due} (in {wait})",
             )
+        refusal = self.refused.get(workload.key)
+        if refusal is not None and refusal.missing_topology:
+            return pending(Reason.TOPOLOGY_NOT_FOUND, refusal.message)
+        if refusal is not None:
+            return decision_for(workload, Verdict.INVALID, Reason.INVALID_SPEC, refusal.message)
         if workload.absent_members > 0:
             # Not a head: a gang that cannot be tried holds up no StrictFIFO queue.
             return pending(Reason.WAITING_FOR_MEMBERS, self._waiting(workload, queue))
@@ -361,7 +385,7 @@ class _Cycle(PreemptingCycle):
             if len(sets) > 1
             else {}
         )
-        return decision_for(
+        decision = decision_for(
             workload,
             Verdict.ADMIT,
             Reason.ADMITTED,
@@ -369,6 +393,7 @@ class _Cycle(PreemptingCycle):
             dict(sorted(total.items())),
             by_set,
         )
+        return with_topology(decision, sets, placed)
 
     def _borrowing(self, quota_name: str, need: Mapping[str, int]) -> list[str]:
         """What admitting ``need`` borrows beyond the quota's nominal, for the message."""

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter, floordiv, itemgetter, sub
 from typing import Any
 
+from queue_controller.core.domains import DomainPlacement, DomainSearch, placement_on
 from queue_controller.core.explain import Scatter, explain_shortfall
 from queue_controller.core.gpuhealth import all_gpus_unhealthy
 from queue_controller.core.model import Node, NodeFacts
@@ -281,10 +282,24 @@ class EquivalenceIndex:
     # -- the Placer protocol -------------------------------------------------
 
     def try_place(self, shape: GangShape, count: int) -> Placement | Shortfall:
+        if shape.topology is not None:
+            return self._place_in_domains(shape, count)
         fits = self.capacity(shape)
         if fits < count:
             return Shortfall(fits, count, self._explain(shape, count, fits))
         return Placement(self._choose(shape, count))
+
+    def _place_in_domains(self, shape: GangShape, count: int) -> Placement | Shortfall:
+        assert shape.topology is not None
+        views = [self._view(shape, c) for c in self._eligible(shape).classes]
+        scarce = self._dims[self._request(shape).pairs[0][0]]
+        search = DomainSearch(shape.topology, views, self._choose_in, scarce)
+        found = search.place(count)
+        if isinstance(found, DomainPlacement):
+            return Placement(found.nodes, found.domain, found.slices)
+        return Shortfall(
+            found.fits, count, found.explanation or self._explain(shape, count, found.fits)
+        )
 
     def commit(self, shape: GangShape, placement: Placement) -> None:
         self._take(shape, placement, 1)
@@ -316,7 +331,13 @@ class EquivalenceIndex:
                 return None
             if request.fits(found[1]) < members:
                 return None
+        if shape.topology is not None:
+            return placement_on(shape.topology, nodes, self._labels)
         return Placement(dict(nodes))
+
+    def _labels(self, node: str) -> Mapping[str, str]:
+        # A class holds nodes of one domain at every level a shape asks about.
+        return self._where[node][0].sample.labels
 
     def _take(self, shape: GangShape, placement: Placement, sign: int) -> None:
         request = self._request(shape)
@@ -333,9 +354,11 @@ class EquivalenceIndex:
     # -- choosing nodes ------------------------------------------------------
 
     def _choose(self, shape: GangShape, count: int) -> dict[str, int]:
+        return self._choose_in([self._view(shape, c) for c in self._eligible(shape).classes], count)
+
+    def _choose_in(self, views: list[_ClassView], count: int) -> dict[str, int]:
         if count <= 0:
             return {}
-        views = [self._view(shape, c) for c in self._eligible(shape).classes]
         # One node holds every member: best fit, in one pass (the common case).
         best: tuple[Rank, str] | None = None
         for view in views:
@@ -453,10 +476,14 @@ def _facts(node: Node) -> NodeFacts:
 
 
 def _referenced_node_fields(shapes: Iterable[GangShape]) -> tuple[tuple[str, ...], bool]:
-    """Label keys any gang selects on, and whether any selects on the node name."""
+    """Label keys any gang selects on or keeps inside domains of, and whether any
+    selects on the node name."""
     keys: set[str] = set()
     by_name = False
     for shape in shapes:
+        if shape.topology is not None:
+            # Every class then lies inside one domain at every level.
+            keys.update(shape.topology.levels)
         keys.update(shape.template.node_selector)
         for term in shape.template.required_affinity or ():
             keys.update(r.key for r in term.match_expressions)

@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
+from queue_controller.core.domains import with_topology
 from queue_controller.core.explain import count_of
 from queue_controller.core.fairshare import FairShares
 from queue_controller.core.fairvictims import ShareRuledSearch
@@ -221,6 +222,7 @@ class PreemptingCycle:
             f"{count_of(workload.gang_size, 'member')} placed on {count_of(len(total), 'node')} "
             f"its preemption freed; charged to TeamQuota {queue.team_quota}"
         )
-        return decision_for(
+        decision = decision_for(
             workload, Verdict.ADMIT, Reason.ADMITTED, message, dict(sorted(total.items())), by_set
         )
+        return with_topology(decision, sets, [p for p in placements if p is not None])

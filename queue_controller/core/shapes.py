@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from queue_controller.core.model import PodSet, PodTemplate
+from queue_controller.core.topology import TopologyAsk
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +21,12 @@ class GangShape:
     template: PodTemplate  # where members may go
     constraint_key: Hashable  # equal keys: identical node eligibility
     key: Hashable  # equal keys: identical members
+    topology: TopologyAsk | None = None  # None: placed without regard to domains
 
 
-def shape_of(template: PodTemplate, request: Mapping[str, int]) -> GangShape:
+def shape_of(
+    template: PodTemplate, request: Mapping[str, int], topology: TopologyAsk | None = None
+) -> GangShape:
     constraint_key = (
         tuple(sorted(template.node_selector.items())),
         template.required_affinity,
@@ -33,7 +37,10 @@ def shape_of(template: PodTemplate, request: Mapping[str, int]) -> GangShape:
         request=request,
         template=template,
         constraint_key=constraint_key,
-        key=(constraint_key, tuple(sorted(request.items()))),
+        # The topology is part of the key (two gangs alike but for it place differently),
+        # not of the constraint key: which nodes a member may use does not depend on it.
+        key=(constraint_key, tuple(sorted(request.items())), topology),
+        topology=topology,
     )
 
 
