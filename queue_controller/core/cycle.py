@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
-from queue_controller.core.domains import with_topology
 from queue_controller.core.explain import count_of
 from queue_controller.core.fairshare import FairShares, FairTurns
 from queue_controller.core.fit import EquivalenceIndex
@@ -35,6 +34,7 @@ from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import Resources, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Placer, SetShape, shape_of
+from queue_controller.core.slices import with_topology
 from queue_controller.core.topology import Refusal, resolve
 from queue_controller.core.victims import Holder, VictimSearch
 

@@ -43,13 +43,15 @@ from dataclasses import dataclass, field
 from operator import attrgetter, floordiv, itemgetter, sub
 from typing import Any
 
-from queue_controller.core.domains import DomainPlacement, DomainSearch, placement_on
+from queue_controller.core.domains import DomainPlacement, DomainSearch
+from queue_controller.core.domaintree import Skeleton
 from queue_controller.core.explain import Scatter, explain_shortfall
 from queue_controller.core.gpuhealth import all_gpus_unhealthy
 from queue_controller.core.model import Node, NodeFacts
 from queue_controller.core.nodes import exclusion, usable_allocatable
 from queue_controller.core.resources import Resources, is_extended, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Shortfall
+from queue_controller.core.slices import placement_on
 
 FreeVector = tuple[int, ...]
 
@@ -158,8 +160,18 @@ class EquivalenceIndex:
         nodes: Sequence[Node],
         used: Mapping[str, Resources],
         shapes: Iterable[GangShape],
+        *,
+        by_topology: bool = False,
     ) -> None:
         shapes = list(shapes)
+        # Gangs that ask for a topology are placed on a second index whose classes are
+        # also split by every Topology level, so that each class lies in one domain.
+        # The rest keep classes that ignore topology: split by racks, a cluster has
+        # hundreds of classes where it had a few, and every such gang would scan them
+        # all.  Both indexes take every commit, so they always agree.
+        self._fine: EquivalenceIndex | None = None
+        if not by_topology and any(shape.topology is not None for shape in shapes):
+            self._fine = EquivalenceIndex(nodes, used, shapes, by_topology=True)
         nodes = sorted(nodes, key=attrgetter("name"))
         all_facts = [_facts(node) for node in nodes]
         # The gangs' resources, and every accelerator a node offers: whether a node
@@ -170,7 +182,7 @@ class EquivalenceIndex:
         self._dims: tuple[str, ...] = tuple(sorted(names, key=scarcity_rank))
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
         self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
-        label_keys, by_name = _referenced_node_fields(shapes)
+        label_keys, by_name = _referenced_node_fields(shapes, by_topology=by_topology)
         self._classes: list[_NodeClass] = []
         by_key: dict[Hashable, _NodeClass] = {}
         self._where: dict[str, tuple[_NodeClass, FreeVector]] = {}
@@ -203,6 +215,11 @@ class EquivalenceIndex:
         self._requests: dict[Hashable, _Request] = {}
         # (shape, members) -> (class move-log lengths when written, message)
         self._messages: dict[tuple[Hashable, int], tuple[tuple[int, ...], str]] = {}
+        # Topology: every class that moved, in order (the domain totals catch up from
+        # it), the domain trees by (levels, eligibility), and each shape's search.
+        self._moved: list[int] = []
+        self._skeletons: dict[Hashable, Skeleton] = {}
+        self._searches: dict[Hashable, DomainSearch] = {}
 
     # -- per shape, per class ------------------------------------------------
 
@@ -290,24 +307,48 @@ class EquivalenceIndex:
         return Placement(self._choose(shape, count))
 
     def _place_in_domains(self, shape: GangShape, count: int) -> Placement | Shortfall:
-        assert shape.topology is not None
-        views = [self._view(shape, c) for c in self._eligible(shape).classes]
-        scarce = self._dims[self._request(shape).pairs[0][0]]
-        search = DomainSearch(shape.topology, views, self._choose_in, scarce)
-        found = search.place(count)
+        fine = self._fine or self
+        found = fine._search(shape).place(count, fine._moved)
         if isinstance(found, DomainPlacement):
             return Placement(found.nodes, found.domain, found.slices)
-        return Shortfall(
-            found.fits, count, found.explanation or self._explain(shape, count, found.fits)
-        )
+        # Too little room anywhere: said as for any gang (over classes that ignore topology).
+        explanation = found.explanation or self._explain(shape, count, found.fits)
+        return Shortfall(found.fits, count, explanation)
+
+    def _search(self, shape: GangShape) -> DomainSearch:
+        ask = shape.topology
+        assert ask is not None
+        search = self._searches.get(shape.key)
+        if search is None:
+            tree_key = (ask.levels, shape.constraint_key)
+            skeleton = self._skeletons.get(tree_key)
+            if skeleton is None:
+                skeleton = Skeleton(ask.levels, self._eligible(shape).classes)
+                self._skeletons[tree_key] = skeleton
+            classes = self._classes
+
+            def view_of(index: int) -> _ClassView:
+                return self._view(shape, classes[index])
+
+            scarce = self._dims[self._request(shape).pairs[0][0]]
+            search = DomainSearch(ask, skeleton, view_of, self._choose_in, scarce)
+            search.totals.seen = len(self._moved)
+            self._searches[shape.key] = search
+        return search
 
     def commit(self, shape: GangShape, placement: Placement) -> None:
         self._take(shape, placement, 1)
+        if self._fine is not None:
+            self._fine.commit(shape, placement)
 
     def release(self, shape: GangShape, placement: Placement) -> None:
         self._take(shape, placement, -1)
+        if self._fine is not None:
+            self._fine.release(shape, placement)
 
     def adjust(self, node: str, freed: Mapping[str, int]) -> None:
+        if self._fine is not None:
+            self._fine.adjust(node, freed)
         found = self._where.get(node)
         if found is None:
             return  # a node the cycle does not know: nothing there to give
@@ -321,8 +362,11 @@ class EquivalenceIndex:
         if new_free != free:
             node_class.move(node, free, new_free)
             self._where[node] = (node_class, new_free)
+            self._moved.append(node_class.index)
 
     def place_on(self, shape: GangShape, nodes: Mapping[str, int]) -> Placement | None:
+        if shape.topology is not None and self._fine is not None:
+            return self._fine.place_on(shape, nodes)
         request = self._request(shape)
         eligible = self._eligible(shape).classes
         for name, members in nodes.items():
@@ -350,6 +394,7 @@ class EquivalenceIndex:
             new_free = tuple(after)
             node_class.move(name, free, new_free)
             self._where[name] = (node_class, new_free)
+            self._moved.append(node_class.index)
 
     # -- choosing nodes ------------------------------------------------------
 
@@ -475,13 +520,15 @@ def _facts(node: Node) -> NodeFacts:
     return facts
 
 
-def _referenced_node_fields(shapes: Iterable[GangShape]) -> tuple[tuple[str, ...], bool]:
+def _referenced_node_fields(
+    shapes: Iterable[GangShape], *, by_topology: bool
+) -> tuple[tuple[str, ...], bool]:
     """Label keys any gang selects on or keeps inside domains of, and whether any
     selects on the node name."""
     keys: set[str] = set()
     by_name = False
     for shape in shapes:
-        if shape.topology is not None:
+        if by_topology and shape.topology is not None:
             # Every class then lies inside one domain at every level.
             keys.update(shape.topology.levels)
         keys.update(shape.template.node_selector)

@@ -37,7 +37,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
-from queue_controller.core.domains import with_topology
 from queue_controller.core.explain import count_of
 from queue_controller.core.fairshare import FairShares
 from queue_controller.core.fairvictims import ShareRuledSearch
@@ -46,6 +45,7 @@ from queue_controller.core.prepared import Prepared, Usage
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import Resources
 from queue_controller.core.shapes import Placement, Placer, SetShape
+from queue_controller.core.slices import with_topology
 from queue_controller.core.victims import Holder, VictimSearch, candidates
 
 
