@@ -21,7 +21,14 @@ _STYLE = {
 
 
 def _placement(decision: Decision) -> str:
-    return ", ".join(f"{node}: {pods}" for node, pods in decision.placement.items())
+    placed = ", ".join(f"{node}: {pods}" for node, pods in decision.placement.items())
+    domains = decision.domains
+    if len(domains) == 1:
+        (domain,) = domains.values()
+        placed += f" (domain {domain or 'spread over top-level domains'})"
+    elif domains:
+        placed += " (domains " + ", ".join(f"{s}: {d or '-'}" for s, d in domains.items()) + ")"
+    return placed
 
 
 def decisions_table(

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from queue_controller.core.domaintree import Domain, Skeleton, Totals, ViewOf
+from queue_controller.core.domaintree import Domain, Totals
 from queue_controller.core.model import TopologyMode
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.slices import cut, domain_name
@@ -62,18 +62,14 @@ class DomainShortfall:
 class DomainSearch:
     """One gang shape's search over one Topology's domains, kept for the cycle."""
 
-    def __init__(
-        self, ask: TopologyAsk, skeleton: Skeleton, view_of: ViewOf, choose: Choose, resource: str
-    ) -> None:
+    def __init__(self, ask: TopologyAsk, totals: Totals, choose: Choose, resource: str) -> None:
         self.ask = ask
-        self.skeleton = skeleton
+        self.totals = totals  # shared by every search of the same members and Topology
+        self.skeleton = totals.skeleton
         self.k = ask.slice_size or 1
-        node_slices = ask.slice_size and ask.slice_depth == ask.node_depth
-        self.totals = Totals(skeleton, view_of, ask.slice_size if node_slices else 0)
         self.choose = choose
         self.resource = resource  # the gang's scarcest resource, for messages
-        # Memos for one search (cleared at each): units() and the levels of rank().
-        self._units: dict[int, int] = {}
+        # A memo for one search (cleared at each): the levels of rank().
         self._ranks: dict[int, Rank] = {}
         # The last refusal said of one topology, as (members, moves seen, shortfall):
         # gangs alike are refused alike until a class moves.
@@ -81,20 +77,25 @@ class DomainSearch:
 
     # -- room -------------------------------------------------------------------
 
+    @staticmethod
+    def counting(ask: TopologyAsk) -> tuple[int, tuple[int, int] | None]:
+        """Where ``ask``'s slices are cut: (k per node, else 0; (depth, k) per domain)."""
+        if not ask.slice_size:
+            return 0, None
+        if ask.slice_depth == ask.node_depth:
+            return ask.slice_size, None
+        return 0, (ask.slice_depth, ask.slice_size)
+
     def units(self, domain: Domain) -> int:
         """What ``domain`` holds for this gang: members, or whole slices."""
-        ask, totals = self.ask, self.totals
+        totals, ask = self.totals, self.ask
         if not ask.slice_size:
             return totals.members[domain.id]
-        if ask.slice_depth == ask.node_depth:
+        if totals.node_slice:
             return totals.node_units[domain.id]
-        if domain.depth >= ask.slice_depth:
-            return totals.members[domain.id] // self.k
-        found = self._units.get(domain.id)
-        if found is None:  # broader than the slice level: the slices its parts hold
-            found = sum(self.units(c) for c in domain.children.values())
-            self._units[domain.id] = found
-        return found
+        if domain.depth <= ask.slice_depth:
+            return totals.slices[domain.id]
+        return totals.members[domain.id] // self.k
 
     def rank(self, domain: Domain) -> Rank:
         # In use before empty, then the least room: at every level from the top.
@@ -118,7 +119,6 @@ class DomainSearch:
         if refused is not None and refused[0] == count and refused[1] == len(moved):
             return refused[2]
         self.totals.sync(moved)
-        self._units.clear()
         self._ranks.clear()
         found = self._search(count)
         if isinstance(found, DomainShortfall):
@@ -155,7 +155,11 @@ class DomainSearch:
             members, most = self.totals.members, self.totals.most_on_a_node
             leaves = self.skeleton.leaves()
             return [d for d in leaves if members[d.id] >= count and most(d) >= count]
-        return [d for d in self.skeleton.by_depth.get(depth, ()) if self.units(d) >= units]
+        domains = self.skeleton.by_depth.get(depth, ())
+        if not self.ask.slice_size:  # the common case, read straight off the totals
+            members = self.totals.members
+            return [d for d in domains if members[d.id] >= units]
+        return [d for d in domains if self.units(d) >= units]
 
     def _fill(self, domain: Domain, units: int) -> Parts:
         """``units`` placed inside ``domain`` over the fewest parts of it."""

@@ -82,15 +82,29 @@ class Skeleton:
 
 
 class Totals:
-    """One shape's room in every domain: members, slices per node, empty nodes, nodes."""
+    """One shape's room in every domain: members, slices, empty nodes, nodes.
 
-    def __init__(self, skeleton: Skeleton, view_of: ViewOf, node_slice: int) -> None:
+    Slices are counted where they are cut: per node (``node_slice``), or per domain
+    of the slice level (``domain_slice``: its depth and size), whose ``members // k``
+    is added up through its ancestors as its members change.
+    """
+
+    def __init__(
+        self,
+        skeleton: Skeleton,
+        view_of: ViewOf,
+        *,
+        node_slice: int = 0,
+        domain_slice: tuple[int, int] | None = None,
+    ) -> None:
         self.skeleton = skeleton
         self.view_of = view_of
         self.node_slice = node_slice  # k when slices are per node, else 0
+        self.domain_slice = domain_slice
         size = len(skeleton.domains)
         self.members = [0] * size
         self.node_units = [0] * size
+        self.slices = [0] * size  # whole slices, at and above the slice level
         self.empty = [0] * size
         self.nodes = [0] * size
         self.contributions: dict[int, tuple[int, int, int, int]] = {}
@@ -130,7 +144,15 @@ class Totals:
             return
         self.contributions[index] = new
         d_members, d_units, d_empty, d_nodes = (a - b for a, b in zip(new, old, strict=True))
-        for domain in self.skeleton.chains[index]:
+        chain = self.skeleton.chains[index]
+        if self.domain_slice is not None and d_members:
+            depth, k = self.domain_slice
+            cut = chain[depth + 1].id  # the chain starts at the root, depth -1
+            before = self.members[cut] // k
+            d_slices = (self.members[cut] + d_members) // k - before
+            for domain in chain[: depth + 2]:
+                self.slices[domain.id] += d_slices
+        for domain in chain:
             i = domain.id
             self.members[i] += d_members
             self.node_units[i] += d_units

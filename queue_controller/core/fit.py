@@ -44,7 +44,7 @@ from operator import attrgetter, floordiv, itemgetter, sub
 from typing import Any
 
 from queue_controller.core.domains import DomainPlacement, DomainSearch
-from queue_controller.core.domaintree import Skeleton
+from queue_controller.core.domaintree import Skeleton, Totals
 from queue_controller.core.explain import Scatter, explain_shortfall
 from queue_controller.core.gpuhealth import all_gpus_unhealthy
 from queue_controller.core.model import Node, NodeFacts
@@ -126,7 +126,7 @@ class _NodeClass:
     sample: Node
     allocatable: FreeVector
     buckets: dict[FreeVector, list[str]] = field(default_factory=dict)
-    views: dict[Hashable, _ClassView] = field(default_factory=dict)  # by shape key
+    views: dict[Hashable, _ClassView] = field(default_factory=dict)  # by shape fit key
     # Every move so far: (old free, new free, whether the old bucket emptied).
     moves: list[tuple[FreeVector, FreeVector, bool]] = field(default_factory=list)
 
@@ -220,6 +220,7 @@ class EquivalenceIndex:
         self._moved: list[int] = []
         self._skeletons: dict[Hashable, Skeleton] = {}
         self._searches: dict[Hashable, DomainSearch] = {}
+        self._totals: dict[Hashable, Totals] = {}
 
     # -- per shape, per class ------------------------------------------------
 
@@ -240,7 +241,7 @@ class EquivalenceIndex:
         return result
 
     def _request(self, shape: GangShape) -> _Request:
-        cached = self._requests.get(shape.key)
+        cached = self._requests.get(shape.fit_key)
         if cached is not None:
             return cached
         pairs = tuple(
@@ -257,12 +258,12 @@ class EquivalenceIndex:
             amounts=tuple(a for _, a in pairs),
             foreign=tuple(i for i in self._accelerator_dims if i not in used),
         )
-        self._requests[shape.key] = request
+        self._requests[shape.fit_key] = request
         return request
 
     def _view(self, shape: GangShape, node_class: _NodeClass) -> _ClassView:
         moves = node_class.moves
-        view = node_class.views.get(shape.key)
+        view = node_class.views.get(shape.fit_key)
         if view is not None:
             behind = len(moves) - view.seen
             if not behind:
@@ -289,7 +290,7 @@ class EquivalenceIndex:
                 if fits > 0:
                     view.capacity += fits * len(names)
                     view.fitting[free] = (fits, view.rank(free))
-        node_class.views[shape.key] = view
+        node_class.views[shape.fit_key] = view
         return view
 
     def capacity(self, shape: GangShape) -> int:
@@ -325,14 +326,21 @@ class EquivalenceIndex:
             if skeleton is None:
                 skeleton = Skeleton(ask.levels, self._eligible(shape).classes)
                 self._skeletons[tree_key] = skeleton
-            classes = self._classes
+            # Gangs of the same members share their room per domain, whatever they ask.
+            node_slice, domain_slice = DomainSearch.counting(ask)
+            totals_key = (shape.fit_key, ask.levels, node_slice, domain_slice)
+            totals = self._totals.get(totals_key)
+            if totals is None:
+                classes = self._classes
 
-            def view_of(index: int) -> _ClassView:
-                return self._view(shape, classes[index])
+                def view_of(index: int) -> _ClassView:
+                    return self._view(shape, classes[index])
 
+                totals = Totals(skeleton, view_of, node_slice=node_slice, domain_slice=domain_slice)
+                totals.seen = len(self._moved)
+                self._totals[totals_key] = totals
             scarce = self._dims[self._request(shape).pairs[0][0]]
-            search = DomainSearch(ask, skeleton, view_of, self._choose_in, scarce)
-            search.totals.seen = len(self._moved)
+            search = DomainSearch(ask, totals, self._choose_in, scarce)
             self._searches[shape.key] = search
         return search
 

@@ -20,8 +20,11 @@ class GangShape:
     request: Mapping[str, int]  # per member, milli-units, zero amounts dropped
     template: PodTemplate  # where members may go
     constraint_key: Hashable  # equal keys: identical node eligibility
-    key: Hashable  # equal keys: identical members
+    key: Hashable  # equal keys: identical members, kept together alike
     topology: TopologyAsk | None = None  # None: placed without regard to domains
+    # Equal fit keys: identical members, wherever they are kept (the key without the
+    # topology).  What a node holds for a member depends on nothing else.
+    fit_key: Hashable = None
 
 
 def shape_of(
@@ -41,6 +44,7 @@ def shape_of(
         # not of the constraint key: which nodes a member may use does not depend on it.
         key=(constraint_key, tuple(sorted(request.items())), topology),
         topology=topology,
+        fit_key=(constraint_key, tuple(sorted(request.items()))),
     )
 
 
