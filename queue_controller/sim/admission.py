@@ -213,6 +213,7 @@ class Admission:
             quotas=self.scenario.quotas,
             priority_classes=self.scenario.priority_classes,
             cohorts=self.scenario.cohorts,
+            topologies=self.scenario.topologies,
             now=now,
         )
         return schedule(snapshot, placer=self.placer).decisions
