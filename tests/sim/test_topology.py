@@ -8,11 +8,14 @@ Four 8-GPU nodes: n0 and n1 in rack r0, n2 and n3 in rack r1, one block b0.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from queue_controller.cli import cli
 from queue_controller.core import Node, Queue, ResourceQuota, TeamQuota
 from queue_controller.core.model import Topology, TopologyMode, TopologyRequest
 from queue_controller.errors import InputError
@@ -300,3 +303,24 @@ def test_a_topology_file_naming_a_missing_queue_is_refused(tmp_path: Path) -> No
             topologyspec.load(path), bundled_scenario(jobs=1), seed=1, where=str(path)
         )
     assert caught.value.field == "queues.no/such"
+
+
+def test_simulate_with_the_bundled_topology_reports_both_figures(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            *("simulate", "--topology", "bundled", "--jobs", "300", "--no-journal"),
+            *("--out", str(tmp_path), "-o", "json"),
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["sources"]["topology"] == "bundled sim-topology.yaml"
+    ours = document["policies"]["gang-fit"]["topology"]
+    assert ours["preferred_placements"] > 0
+    assert 0 <= ours["preferred_in_domain"] <= 1
+    assert ours["domain_wait_gpu_hours"] >= 0
+    # Not measured where the core does not place.
+    assert document["policies"]["per-pod"]["topology"]["domain_wait_gpu_hours"] is None
+    assert "GPU hours waiting for a domain" in (tmp_path / "report.md").read_text()
