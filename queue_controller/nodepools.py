@@ -14,6 +14,10 @@ a real node: the resource names and amounts, and the GFD labels.
       cpu: "192"
       memory: 2Ti
       gpu: {product: NVIDIA-H100-80GB-HBM3, count: 8, memoryMiB: 81559, family: hopper}
+      racks: {nodesPerRack: 4, racksPerBlock: 2}   # optional: topology labels
+
+``racks`` labels each node with its rack and block (``RACK_LABEL``, ``BLOCK_LABEL``),
+which a Topology's levels name for topology-aware gangs.
 """
 
 from __future__ import annotations
