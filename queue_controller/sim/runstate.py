@@ -172,8 +172,11 @@ def prepare_jobs(
                 template=template,
                 request=request,
                 team=team if team in known else "",
-                # Gangs that ask for different topologies are not interchangeable.
-                shape=(*key, job.topology),
+                # Topology is left out: most uses of the shape (settled gangs merged for
+                # the quota, a cycle's necessary conditions, node eligibility) are about
+                # quota or single nodes, which a topology request does not change; the
+                # one that is not adds it (Admission._within_quota).
+                shape=key,
                 error=problem,
             )
         )
