@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from queue_controller.core import Decision, Node, Queue, Verdict
-from queue_controller.core.model import Topology, TopologyMode, TopologyRequest
+from queue_controller.core import Decision, Queue, Verdict
+from queue_controller.core.model import TopologyMode, TopologyRequest
 from queue_controller.core.resources import ONE
 from queue_controller.core.topology import HOSTNAME
 from queue_controller.sim.gpus import gpu_resources, unit_value
 from queue_controller.sim.runstate import JobState
+from queue_controller.sim.scenario import Scenario
 
 HOUR = 3600.0
 NO_NODE_FIT = "NoNodeFit"
@@ -36,14 +37,10 @@ TOPOLOGY_BINDS = " in any one "
 
 class DomainMeter:
     def __init__(
-        self,
-        nodes: Sequence[Node],
-        queues: Sequence[Queue],
-        topologies: Sequence[Topology],
-        *,
-        waits_measured: bool,
+        self, scenario: Scenario, queues: Sequence[Queue], *, waits_measured: bool
     ) -> None:
-        by_name = {t.name: t for t in topologies}
+        nodes = scenario.nodes
+        by_name = {t.name: t for t in scenario.topologies}
         self.levels: dict[tuple[str, str], tuple[str, ...]] = {
             (q.namespace, q.name): by_name[q.topology_name].levels
             for q in queues

@@ -94,10 +94,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         self._preemption_init()
         self.reclaim = ReclaimClock(scenario.quotas)
         self.shares = ShareMeter(scenario.quotas)
-        gang_fit = self.kind == "gang-fit"
-        self.domains = DomainMeter(
-            scenario.nodes, self.queues, scenario.topologies, waits_measured=gang_fit
-        )
+        self.domains = DomainMeter(scenario, self.queues, waits_measured=self.kind == "gang-fit")
         self.admission.on_usage = self._usage_changed
         self.cycles = 0
         self.completed = 0
