@@ -151,6 +151,16 @@ def apply(spec: TopologyFile, scenario: Scenario, *, seed: int, where: str) -> S
                 where=where,
                 field=f"queues.{queue}",
             )
+    for i, topology in enumerate(spec.topologies):
+        # A gang asking for a Topology no node is in could never run: say so now.
+        domain_levels = [level for level in topology.levels if level != HOSTNAME]
+        if not any(all(key in n.labels for key in domain_levels) for n in scenario.nodes):
+            raise InputError(
+                f"no node of the cluster has every label {', '.join(domain_levels)} "
+                "(a NodePools pool gets the rack and block labels from its racks option)",
+                where=where,
+                field=f"topologies.{i}.levels",
+            )
     default = spec.queues.get(ANY_QUEUE, "")
     queues = tuple(
         replace(q, topology_name=spec.queues.get(f"{q.namespace}/{q.name}", default))

@@ -324,3 +324,17 @@ def test_simulate_with_the_bundled_topology_reports_both_figures(tmp_path: Path)
     # Not measured where the core does not place.
     assert document["policies"]["per-pod"]["topology"]["domain_wait_gpu_hours"] is None
     assert "GPU hours waiting for a domain" in (tmp_path / "report.md").read_text()
+
+
+def test_a_topology_no_node_is_in_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "topology.yaml"
+    path.write_text(
+        "kind: SimulationTopology\n"
+        f"topologies: [{{name: t, levels: [zone, {HOSTNAME}]}}]\nqueues: {{'*': t}}\n"
+    )
+    with pytest.raises(InputError) as caught:
+        topologyspec.apply(
+            topologyspec.load(path), bundled_scenario(jobs=1), seed=1, where=str(path)
+        )
+    assert caught.value.field == "topologies.0.levels"
+    assert "zone" in caught.value.detail
