@@ -14,6 +14,10 @@ a real node: the resource names and amounts, and the GFD labels.
       cpu: "192"
       memory: 2Ti
       gpu: {product: NVIDIA-H100-80GB-HBM3, count: 8, memoryMiB: 81559, family: hopper}
+      racks: {nodesPerRack: 4, racksPerBlock: 2}   # optional: topology labels
+
+``racks`` labels each node with its rack and block (``RACK_LABEL``, ``BLOCK_LABEL``),
+which a Topology's levels name for topology-aware gangs.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ _COMPUTE_CAPABILITY = {
     "blackwell": "10.0",
 }
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# Topology labels a pool with ``racks`` puts on its nodes: a Topology's levels name them.
+BLOCK_LABEL = "topology.queue-controller.io/block"
+RACK_LABEL = "topology.queue-controller.io/rack"
 DRIVER_VERSION = "570.124.06"
 
 
@@ -197,6 +204,20 @@ class Taint(_Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+class Racks(_Strict):
+    """A pool's nodes in racks, and racks in blocks, in node order: node ``i`` is in
+    rack ``i // nodesPerRack`` (the last rack may be short)."""
+
+    nodesPerRack: Annotated[int, Field(ge=1, le=1024)]
+    racksPerBlock: Annotated[int, Field(ge=1, le=1024)] = 1
+
+    def labels(self, pool: str, index: int) -> dict[str, str]:
+        rack = index // self.nodesPerRack
+        block = rack // self.racksPerBlock
+        # Names carry the pool: two pools' racks are never one domain.
+        return {BLOCK_LABEL: f"{pool}-b{block}", RACK_LABEL: f"{pool}-b{block}-r{rack}"}
+
+
 class Pool(_Strict):
     name: Name
     count: Annotated[int, Field(ge=0, le=100_000)]
@@ -207,6 +228,7 @@ class Pool(_Strict):
     gpu: Gpu | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
+    racks: Racks | None = None
     # False: kwok leaves these nodes alone, so they never become Ready.
     ready: bool = True
 
@@ -273,6 +295,7 @@ class NodePools(_Strict):
                         "name": name,
                         "labels": {
                             **labels,
+                            **(pool.racks.labels(pool.name, i) if pool.racks else {}),
                             "kubernetes.io/hostname": name,
                             "kubernetes.io/os": "linux",
                             "kubernetes.io/arch": "amd64",

@@ -222,6 +222,12 @@ def _progress(policies: Sequence[str]) -> Iterator[Callable[[str, float], None] 
     help="The most GPUs one generated gang asks for.",
 )
 @click.option(
+    "--topology",
+    metavar="bundled|FILE",
+    help="Topology-aware gangs: Topologies, the Queues that use them and which gangs ask "
+    "(a SimulationTopology file; `bundled` goes with the bundled cluster's racks).",
+)
+@click.option(
     "--policy",
     "policy_name",
     metavar="NAME|FILE",
@@ -294,6 +300,7 @@ def simulate(
     jobs: int,
     arrival_rate_per_hour: float | None,
     max_gang_gpus: int,
+    topology: str | None,
     policy_name: str,
     compare: tuple[str, ...],
     preemption: str,
@@ -367,6 +374,7 @@ def simulate(
         arrival_rate_per_hour=arrival_rate_per_hour,
         max_gang_gpus=max_gang_gpus,
         reshape=_given(ctx, "arrival_rate_per_hour") or _given(ctx, "max_gang_gpus"),
+        topology=topology,
     )
     from queue_controller.journal.database import parse_url
     from queue_controller.sim.engine import simulate as run_simulation

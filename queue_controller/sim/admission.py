@@ -213,6 +213,7 @@ class Admission:
             quotas=self.scenario.quotas,
             priority_classes=self.scenario.priority_classes,
             cohorts=self.scenario.cohorts,
+            topologies=self.scenario.topologies,
             now=now,
         )
         return schedule(snapshot, placer=self.placer).decisions
@@ -282,7 +283,9 @@ class Admission:
             ):
                 kept.append(job)
             else:
-                groups[(job.team, job.shape, job.pods)].append(job)
+                # Gangs alike but for topology are not: a gang refused for its domain
+                # leaves the quota to the next, which may fit anywhere.
+                groups[(job.team, job.shape, job.pods, job.spec.topology)].append(job)
         for jobs in groups.values():
             room = self._room_for(jobs[0])
             if room is None or room >= len(jobs):

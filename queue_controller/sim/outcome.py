@@ -14,12 +14,14 @@ from queue_controller.sim.results import (
     Preemptions,
     ReclaimWaits,
     ShareSeries,
+    TopologyFigures,
 )
 from queue_controller.sim.runstate import JobState
 from queue_controller.sim.scenario import Scenario
 
 if TYPE_CHECKING:
     from queue_controller.journal import Entry
+    from queue_controller.sim.domainmeter import DomainMeter
 
 
 def journal_entry(
@@ -65,6 +67,7 @@ def policy_result(
     reclaim: dict[str, Percentiles],
     reclaim_waits: ReclaimWaits | None,
     shares: dict[str, ShareSeries],
+    domains: DomainMeter | None = None,
 ) -> PolicyResult:
     # The run ends with its last change: a gang finishing or giving up.  Stale
     # retries, empty ticks and samples after it do not stretch it.
@@ -92,4 +95,20 @@ def policy_result(
         reclaim_seconds=reclaim,
         reclaim_waits=reclaim_waits,
         shares=shares,
+        topology=_topology(domains),
     )
+
+
+def _topology(domains: DomainMeter | None) -> TopologyFigures | None:
+    if domains is None or not domains.active:
+        return None
+    hours = domains.wait_gpu_hours()
+    return TopologyFigures(
+        preferred_placements=domains.preferred,
+        preferred_in_domain=_rounded(domains.preferred_fraction(), 4),
+        domain_wait_gpu_hours=_rounded(hours, 2),
+    )
+
+
+def _rounded(value: float | None, places: int) -> float | None:
+    return None if value is None else round(value, places)

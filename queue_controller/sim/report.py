@@ -102,6 +102,13 @@ def policy_json(result: PolicyResult) -> dict[str, object]:
             team: {"weight": share.weight, "mean": share.mean, "peak": share.peak}
             for team, share in result.shares.items()
         },
+        "topology": None
+        if result.topology is None
+        else {
+            "preferred_placements": result.topology.preferred_placements,
+            "preferred_in_domain": _fraction(result.topology.preferred_in_domain),
+            "domain_wait_gpu_hours": _amount(result.topology.domain_wait_gpu_hours),
+        },
         "cycles": result.cycles,
         "simulated_seconds": _amount(result.simulated_seconds),
         "wall_seconds": _amount(result.wall_seconds),
@@ -191,13 +198,33 @@ _ROWS: tuple[_Row, ...] = (
 )
 
 
+# Only where some Queue uses a Topology (sim.domainmeter defines both figures).
+_TOPOLOGY_ROWS: tuple[_Row, ...] = (
+    (
+        "Preferred topology gangs in one domain",
+        lambda r: percent(r.topology.preferred_in_domain) if r.topology else _NONE,
+        None,
+    ),
+    (
+        "GPU hours waiting for a domain",
+        lambda r: (
+            _NONE
+            if r.topology is None or r.topology.domain_wait_gpu_hours is None
+            else gpu_hours(r.topology.domain_wait_gpu_hours)
+        ),
+        None,
+    ),
+)
+
+
 def comparison(report: SimulationReport) -> tuple[list[str], list[list[str]]]:
     """The side-by-side comparison: the header, then one row per metric, as text."""
     header = ["Metric", *report.policies]
     if report.upper_bound is not None:
         header.append(UPPER_BOUND)
     rows = []
-    for label, cell, bound_cell in _ROWS:
+    topology = any(r.topology is not None for r in report.policies.values())
+    for label, cell, bound_cell in _ROWS + (_TOPOLOGY_ROWS if topology else ()):
         row = [label, *(cell(result) for result in report.policies.values())]
         if report.upper_bound is not None:
             row.append(_NONE if bound_cell is None else bound_cell(report))

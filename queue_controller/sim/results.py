@@ -72,6 +72,15 @@ class ReclaimWaits:
 
 
 @dataclass(frozen=True, slots=True)
+class TopologyFigures:
+    """What topology did to the gangs that asked for it (sim.domainmeter defines both)."""
+
+    preferred_placements: int  # placements of gangs that asked for a Preferred level
+    preferred_in_domain: float | None  # of them, inside one domain of it; None: none
+    domain_wait_gpu_hours: float | None  # None where not measured (no core placement)
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyResult:
     policy: str  # gang-fit | quota-only | per-pod
     gpu_allocation: float
@@ -98,6 +107,7 @@ class PolicyResult:
     reclaim_seconds: dict[str, Percentiles] = field(default_factory=dict)
     reclaim_waits: ReclaimWaits | None = None  # None where not measured
     shares: dict[str, ShareSeries] = field(default_factory=dict)  # cohort members
+    topology: TopologyFigures | None = None  # None: no Queue uses a Topology
 
 
 @dataclass(frozen=True, slots=True)

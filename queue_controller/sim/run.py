@@ -19,6 +19,7 @@ from queue_controller.core.resources import scale
 from queue_controller.sim.admission import Admission
 from queue_controller.sim.binding import Binding
 from queue_controller.sim.cluster import ForeignPods, NodeBook, PodScheduler
+from queue_controller.sim.domainmeter import DomainMeter
 from queue_controller.sim.events import STRANDED_SAMPLE_SECONDS, Event, Kind
 from queue_controller.sim.faults import FaultPlan, uniform
 from queue_controller.sim.measure import Meters
@@ -93,6 +94,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         self._preemption_init()
         self.reclaim = ReclaimClock(scenario.quotas)
         self.shares = ShareMeter(scenario.quotas)
+        self.domains = DomainMeter(scenario, self.queues, waits_measured=self.kind == "gang-fit")
         self.admission.on_usage = self._usage_changed
         self.cycles = 0
         self.completed = 0
@@ -203,6 +205,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         decisions = self.admission.cycle(self.pending, now=self.now)
         for decision in decisions:
             job = self.pending[decision.workload]
+            self.domains.decided(job, decision, self.now)
             if decision.verdict is Verdict.ADMIT:
                 self._admit(job, decision)
             elif decision.verdict is Verdict.PREEMPT:
@@ -287,6 +290,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
                 self.admission.settle(job, +1)
             job.fully_placed = True
             self.meters.placed(job.team, job.held_gpus)
+            self.domains.placed(job, job.bound)
             self.meters.pending -= 1
             if not job.placed_once:
                 job.placed_once = True
@@ -436,6 +440,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             )
 
     def result(self, *, wall_seconds: float) -> PolicyResult:
+        self.domains.finish(self.jobs, self.meters.times[-1])
         return policy_result(
             self.meters,
             policy=self.name,
@@ -450,4 +455,5 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             reclaim=self.reclaim.result() if self.admits else {},
             reclaim_waits=self.reclaim.waits() if self.admits else None,
             shares=self.shares.result(self.meters.times[-1]) if self.admits else {},
+            domains=self.domains,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from queue_controller.core import (
@@ -129,7 +129,10 @@ class JobState:
             namespace=self.spec.namespace,
             name=self.spec.name,
             queue=self.spec.queue,
-            pod_sets=one_pod_set(self.template, count=self.spec.pods, path=JOB_TEMPLATE),
+            pod_sets=tuple(
+                replace(pod_set, topology=self.spec.topology)
+                for pod_set in one_pod_set(self.template, count=self.spec.pods, path=JOB_TEMPLATE)
+            ),
             kind="Job",
             phase=WorkloadPhase.ADMITTED if admitted else WorkloadPhase.PENDING,
             created=self.spec.arrival,
@@ -169,6 +172,10 @@ def prepare_jobs(
                 template=template,
                 request=request,
                 team=team if team in known else "",
+                # Topology is left out: most uses of the shape (settled gangs merged for
+                # the quota, a cycle's necessary conditions, node eligibility) are about
+                # quota or single nodes, which a topology request does not change; the
+                # one that is not adds it (Admission._within_quota).
                 shape=key,
                 error=problem,
             )

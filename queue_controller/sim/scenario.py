@@ -19,6 +19,7 @@ from queue_controller.core import (
     Queue,
     TeamQuota,
 )
+from queue_controller.core.model import Topology, TopologyRequest
 from queue_controller.core.resources import is_extended
 
 
@@ -35,6 +36,8 @@ class SimJob:
     duration: float  # seconds of work once every member runs
     priority_class: str = ""
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    # What its one pod set asks of its Queue's Topology (PodSet.topology); None: nothing.
+    topology: TopologyRequest | None = None
 
     @property
     def key(self) -> str:
@@ -66,6 +69,8 @@ class Scenario:
     # Cohort objects: where one enables fair sharing, the core orders its borrowers
     # and chooses its victims by share (core/fairshare.py).
     cohorts: tuple[Cohort, ...] = ()
+    # The Topology objects Queues name (Queue.topology_name); the core places by them.
+    topologies: tuple[Topology, ...] = ()
     # Where each part came from, for the report ("bundled", a file name, "--generate seed=7").
     sources: Mapping[str, str] = field(default_factory=dict)
 

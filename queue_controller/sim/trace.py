@@ -16,6 +16,10 @@ lines that are blank or start with ``#`` are skipped.  Each row is validated by
 one pydantic model, quantities by the core's own parser; the first problem
 becomes an :class:`InputError` naming ``<file> row <line>`` (CSV, the header
 being line 1) or ``<file> jobs[<i>]`` (YAML) and the column or key.
+
+``topology`` (optional) is ``Required:<level>`` or ``Preferred:<level>``, a node
+label that the job's Queue's Topology names (``simulate --topology``); a request
+its Topology cannot meet is the core's InvalidSpec, naming the row.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from queue_controller.core.model import TopologyMode, TopologyRequest
 from queue_controller.core.quantity import parse_quantity
 from queue_controller.core.resources import GPU, is_extended
 from queue_controller.dump import read_file
@@ -40,8 +45,9 @@ _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # Flat request columns (CSV) or keys (YAML), and the resource each one sets.
 _FLAT = {"gpu": GPU, "cpu": "cpu", "memory": "memory"}
 _REQUIRED = ("arrival", "queue", "pods", "duration")
-CSV_COLUMNS = (*_REQUIRED, "name", "priority", *_FLAT, "resources", "node_selector")
+CSV_COLUMNS = (*_REQUIRED, "name", "priority", *_FLAT, "resources", "topology", "node_selector")
 YAML_KEYS = (*CSV_COLUMNS[:-1], "requests", "nodeSelector")
+_TOPOLOGY = re.compile(r"(?P<mode>Required|Preferred):(?P<level>\S+)")
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -74,6 +80,17 @@ class _Row(BaseModel):
     priority: str = ""
     nodeSelector: dict[str, str] = Field(default_factory=dict)
     requests: dict[str, Annotated[str, BeforeValidator(_quantity)]] = Field(default_factory=dict)
+    topology: str = ""
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, value: str) -> str:
+        if value and _TOPOLOGY.fullmatch(value) is None:
+            raise ValueError(
+                f"{value!r} is not Required:<level> or Preferred:<level>, such as "
+                "Preferred:topology.queue-controller.io/rack"
+            )
+        return value
 
     @field_validator("queue")
     @classmethod
@@ -163,6 +180,7 @@ def _row(cells: Mapping[str, Any], *, where: str, number: int, is_csv: bool) -> 
                 field=origin[resource],
             )
     namespace, _, queue = row.queue.partition("/")
+    asked = _TOPOLOGY.fullmatch(row.topology)
     return SimJob(
         namespace=namespace,
         name=row.name or f"job-{number}",
@@ -173,6 +191,12 @@ def _row(cells: Mapping[str, Any], *, where: str, number: int, is_csv: bool) -> 
         duration=row.duration,
         priority_class=row.priority,
         node_selector=row.nodeSelector,
+        # The core names ``field`` when the Queue's Topology cannot meet the request.
+        topology=None
+        if asked is None
+        else TopologyRequest(
+            TopologyMode(asked["mode"]), asked["level"], field=f"{where} topology"
+        ),
     )
 
 

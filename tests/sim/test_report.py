@@ -178,6 +178,7 @@ GANG_FIT_JSON: dict[str, Any] = {
         "nlp": {"weight": 1.0, "mean": 0.12345, "peak": 0.5},
         "vision": {"weight": 1.0, "mean": 0.0, "peak": 0.0},
     },
+    "topology": None,  # no Queue uses a Topology
     "cycles": 360,
     "simulated_seconds": 3600.0,
     "wall_seconds": 0.46,

@@ -349,3 +349,33 @@ def test_the_format_in_the_module_docstring_reads(tmp_path: Path) -> None:
         pretrain.duration,
         pretrain.request,
     )
+
+
+def test_a_job_may_ask_for_a_topology(tmp_path: Path) -> None:
+    rack = "topology.queue-controller.io/rack"
+    path = write(
+        tmp_path,
+        "t.csv",
+        f"arrival,queue,pods,gpu,duration,topology\n0,prod/batch,2,8,60,Required:{rack}\n"
+        "1,prod/batch,2,8,60,\n",
+    )
+    first, second = load_trace(path)
+    assert first.topology is not None
+    assert (first.topology.mode.value, first.topology.level) == ("Required", rack)
+    assert first.topology.field == f"{path} row 2 topology"  # the core's refusals name it
+    assert second.topology is None
+    listed = write(
+        tmp_path,
+        "t.yaml",
+        f"- {{arrival: 0, queue: a/b, pods: 1, duration: 5, topology: 'Preferred:{rack}'}}\n",
+    )
+    (job,) = load_trace(listed)
+    assert job.topology is not None
+    assert job.topology.mode.value == "Preferred"
+
+
+def test_a_bad_topology_names_the_column(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", "arrival,queue,pods,duration,topology\n0,a/b,1,5,rack\n")
+    error = refused(path)
+    assert error.field == "topology"
+    assert "Required:<level> or Preferred:<level>" in error.detail
