@@ -72,7 +72,7 @@ class Demo:
     def _install(self) -> None:
         kubectl = self.cluster.kubectl
         kubectl("apply", "-f", str(self.root / "crds"))
-        for plural in ("teamquotas", "cohorts", "queues", "podgroups"):
+        for plural in ("teamquotas", "cohorts", "topologies", "queues", "podgroups"):
             kubectl(
                 "wait",
                 "--for=condition=Established",
