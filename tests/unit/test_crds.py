@@ -645,7 +645,18 @@ def test_enums_match_the_model() -> None:
 
 def test_examples_hold_every_kind() -> None:
     kinds = sorted(o["kind"] for o in ours(example_objects()))
-    assert kinds == ["Cohort", "PodGroup", "Queue", "Queue", "TeamQuota", "TeamQuota"]
+    assert kinds == [
+        "Cohort",
+        "PodGroup",
+        "Queue",
+        "Queue",
+        "Queue",
+        "TeamQuota",
+        "TeamQuota",
+        "TeamQuota",
+        "Topology",
+        "Topology",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -667,6 +678,11 @@ def test_examples_fit_together() -> None:
         for o in objects
         if o["kind"] == "Queue"
     }
+    # fabric (examples/topology.yaml) shows topology-aware gangs, on a quota of its own.
+    fabric = quotas.pop("fabric")
+    assert "cohort" not in fabric["spec"]
+    topologies = {o["metadata"]["name"] for o in objects if o["kind"] == "Topology"}
+    assert queues.pop(("fabric", "nvlink"))["spec"]["topologyName"] in topologies
     assert set(quotas) == {"research", "prod"}
     for quota in quotas.values():
         assert quota["spec"]["cohort"] == "gpu-pool"
@@ -682,6 +698,7 @@ def test_examples_fit_together() -> None:
     assert {ns for ns, _ in queues} <= namespaces
     jobs = [o for o in objects if o["kind"] == "Job"]
     assert len(jobs) >= 5
+    queues[("fabric", "nvlink")] = {}
     for job in jobs:
         assert job["apiVersion"] == "batch/v1"
         queue_name = job["metadata"]["labels"]["queue-controller.io/queue"]
