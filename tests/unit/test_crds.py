@@ -294,7 +294,8 @@ EXPECTED = {
         singular="topology",
         short_names=("topo",),
         columns={
-            "Levels": ".spec.levels[*].nodeLabel",
+            "Broadest": ".spec.levels[0].nodeLabel",
+            "Narrowest": ".spec.levels[-1:].nodeLabel",
             "Age": ".metadata.creationTimestamp",
         },
     ),
@@ -380,8 +381,8 @@ def _column_schema(kind: str, json_path: str) -> dict[str, Any] | None:
     for step in steps:
         if node is None:
             return None
-        if step.endswith("[*]"):  # every item of a list: the column joins them
-            node = node.get("properties", {}).get(step.removesuffix("[*]"), {}).get("items")
+        if (item := re.fullmatch(r"(\w+)\[[-0-9:*]+\]", step)) is not None:  # a list's items
+            node = node.get("properties", {}).get(item[1], {}).get("items")
         elif step in node.get("properties", {}):
             node = node["properties"][step]
         elif isinstance(node.get("additionalProperties"), dict):
