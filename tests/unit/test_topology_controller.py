@@ -4,14 +4,23 @@ sliced pod set to its slice's nodes.  In process, against the fake gateway."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 from queue_controller.controller import actions as act
+from queue_controller.controller.apply import Applier
+from queue_controller.controller.lifecycle import Planner
+from queue_controller.controller.metrics import Metrics
+from queue_controller.controller.state import ClusterState
 from queue_controller.controller.status import topology_domain
-from queue_controller.core import Decision, Reason, Verdict
+from queue_controller.core import CycleResult, Decision, Reason, Verdict
+from queue_controller.journal import Journal, read_history
 from queue_controller.kube.views import COMPLETION_INDEX
+from tests.fakes.gateway import FakeGateway
 from tests.unit.test_apply import cluster, only
-from tests.unit.test_lifecycle import group, iso, job, plan, pod
+from tests.unit.test_lifecycle import NOW, QUEUE, group, iso, job, plan, pod
+from tests.views import seen
 
 DOMAIN = "block-a/rack-2"
 
@@ -149,3 +158,23 @@ def test_a_member_without_an_index_takes_a_slot_left_and_a_duplicate_is_beyond_t
     )
     # Indexed members first: a0 and b0 fill slice 0, c0 is beyond the gang, x takes slice 1.
     assert binds == {"a0": "n1", "b0": "n1", "c0": None, "x": "n2"}
+
+
+def test_the_journal_says_where_a_topology_gang_was_admitted(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    fake = FakeGateway(QUEUE, job(), group(phase="Pending"), clock=lambda: NOW)
+    state = ClusterState()
+    state.replace_all(fake.all())
+    journal = Journal(url)
+    journal.start()  # brings the schema up
+    try:
+        applier = Applier(fake, state, journal, Metrics(), clock=lambda: NOW)
+        decision = admit_in_racks(domains={"main": DOMAIN})
+        actions = Planner(300).plan(seen(state, NOW), CycleResult((decision,), {}), now=NOW)
+        assert asyncio.run(applier.apply_all(actions)) == 0
+        assert journal.flush()
+    finally:
+        journal.close()
+    (entry,) = read_history(url, namespace="ns")
+    assert entry.event.value == "Admitted"
+    assert entry.message == f"4 members; topology domain {DOMAIN}"
