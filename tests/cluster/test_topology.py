@@ -142,7 +142,10 @@ def test_a_topology_request_written_wrong_names_its_annotation(
 
 
 def rack_of(cluster: Cluster, node: str) -> str:
-    labels = cluster.core.read_node(node).metadata.labels
+    metadata = cluster.core.read_node(node).metadata
+    assert metadata is not None
+    assert metadata.labels is not None
+    labels = metadata.labels
     return f"{labels[BLOCK_LABEL]}/{labels[RACK_LABEL]}"
 
 

@@ -238,7 +238,7 @@ def read_pods(*bodies: dict[str, Any]) -> Any:
 
 
 def test_plain_pods_ask_on_their_own_annotations() -> None:
-    notes = {f"{OURS}preferred": RACK}
+    notes: dict[str, Any] = {f"{OURS}preferred": RACK}
     facts = read_pods(plain_pod("a", **notes), plain_pod("b", **notes))
     assert facts.spec_error == ""
     (pod_set,) = facts.pod_sets
@@ -250,13 +250,14 @@ def test_plain_pods_ask_on_their_own_annotations() -> None:
 
 
 def test_plain_pods_of_one_pod_set_must_agree() -> None:
-    facts = read_pods(plain_pod("a", **{f"{OURS}required": RACK}), plain_pod("b"))
+    required: dict[str, Any] = {f"{OURS}required": RACK}
+    facts = read_pods(plain_pod("a", **required), plain_pod("b"))
     assert "metadata.annotations" in facts.spec_error
     assert "pods a and b" in facts.spec_error
 
 
 def test_plain_pods_cannot_ask_for_slices() -> None:
-    notes = {f"{OURS}slice-required": RACK, f"{OURS}slice-size": "1"}
+    notes: dict[str, Any] = {f"{OURS}slice-required": RACK, f"{OURS}slice-size": "1"}
     facts = read_pods(plain_pod("a", **notes), plain_pod("b", **notes))
     assert facts.spec_error.startswith(f"metadata.annotations[{OURS}slice-required]: ")
     assert "plain pods" in facts.spec_error
@@ -277,7 +278,7 @@ def topology(name: str, *labels: str) -> dict[str, Any]:
 
 def test_topologies_and_the_queue_topology_are_translated() -> None:
     state = ClusterState()
-    queue = copy.deepcopy(QUEUE)
+    queue: dict[str, Any] = copy.deepcopy(QUEUE)
     queue["spec"]["topologyName"] = "racks"
     for obj in (queue, topology("racks", BLOCK, RACK, "kubernetes.io/hostname")):
         state.upsert(obj)
