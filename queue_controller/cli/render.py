@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from queue_controller.controller.status import topology_domain
 from queue_controller.core import Decision, Snapshot, Verdict
 
 _STYLE = {
@@ -21,7 +22,9 @@ _STYLE = {
 
 
 def _placement(decision: Decision) -> str:
-    return ", ".join(f"{node}: {pods}" for node, pods in decision.placement.items())
+    nodes = ", ".join(f"{node}: {pods}" for node, pods in decision.placement.items())
+    # A gang that asked for a topology: where it goes, as its PodGroup's Domain will say.
+    return f"in {topology_domain(decision.domains)}: {nodes}" if decision.domains else nodes
 
 
 def decisions_table(
