@@ -120,8 +120,8 @@ def load_snapshot(
         elif not ignore_unknown:
             raise DumpError(
                 f"unsupported kind {item.obj.get('apiVersion')}/{item.obj.get('kind')}; plan "
-                "reads Nodes, Pods, Jobs, PriorityClasses, Queues, TeamQuotas, Cohorts and "
-                "PodGroups (pass --ignore-unknown to skip the rest)",
+                "reads Nodes, Pods, Jobs, PriorityClasses, Queues, TeamQuotas, Cohorts, "
+                "Topologies and PodGroups (pass --ignore-unknown to skip the rest)",
                 where=item.where,
             )
     try:

@@ -14,10 +14,11 @@ a real node: the resource names and amounts, and the GFD labels.
       cpu: "192"
       memory: 2Ti
       gpu: {product: NVIDIA-H100-80GB-HBM3, count: 8, memoryMiB: 81559, family: hopper}
-      racks: {nodesPerRack: 4, racksPerBlock: 2}   # optional: topology labels
+      topology: {nodesPerRack: 2, racksPerBlock: 2}
 
-``racks`` labels each node with its rack and block (``RACK_LABEL``, ``BLOCK_LABEL``),
-which a Topology's levels name for topology-aware gangs.
+``topology`` labels each node with its rack and block (``topology.queue-controller.io/rack``
+and ``/block``, the levels a Topology object names) and, for NVLink-domain systems such
+as GB200 NVL72, the clique GPU Feature Discovery reports (``nvidia.com/gpu.clique``).
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ _COMPUTE_CAPABILITY = {
     "blackwell": "10.0",
 }
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-# Topology labels a pool with ``racks`` puts on its nodes: a Topology's levels name them.
 BLOCK_LABEL = "topology.queue-controller.io/block"
 RACK_LABEL = "topology.queue-controller.io/rack"
+# GFD's label for the NVLink domain (an NVL72 rack's 18 trays share one) a node's GPUs
+# are in; GFD writes "<cluster UUID>.<clique id>", the local cluster "<pool>-nvl-<n>.1".
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
 DRIVER_VERSION = "570.124.06"
 
 
@@ -198,24 +201,29 @@ class Gpu(_Strict):
         return labels
 
 
+class PoolTopology(_Strict):
+    """Where a pool's nodes sit: racks of consecutive nodes, blocks of consecutive racks."""
+
+    nodesPerRack: Annotated[int, Field(ge=1)]
+    # Absent: all the pool's racks in one block.
+    racksPerBlock: Annotated[int, Field(ge=1)] | None = None
+    # NVLink domains (GB200 NVL72: 18 nodes of 4 GPUs each) of consecutive nodes.
+    nodesPerClique: Annotated[int, Field(ge=1)] | None = None
+
+    def labels(self, pool: str, index: int) -> dict[str, str]:
+        """The topology labels of the pool's node number ``index``."""
+        rack = index // self.nodesPerRack
+        block = rack // self.racksPerBlock if self.racksPerBlock is not None else 0
+        out = {BLOCK_LABEL: f"{pool}-block-{block}", RACK_LABEL: f"{pool}-rack-{rack}"}
+        if self.nodesPerClique is not None:
+            out[CLIQUE_LABEL] = f"{pool}-nvl-{index // self.nodesPerClique}.1"
+        return out
+
+
 class Taint(_Strict):
     key: str = Field(min_length=1)
     value: str = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-
-
-class Racks(_Strict):
-    """A pool's nodes in racks, and racks in blocks, in node order: node ``i`` is in
-    rack ``i // nodesPerRack`` (the last rack may be short)."""
-
-    nodesPerRack: Annotated[int, Field(ge=1, le=1024)]
-    racksPerBlock: Annotated[int, Field(ge=1, le=1024)] = 1
-
-    def labels(self, pool: str, index: int) -> dict[str, str]:
-        rack = index // self.nodesPerRack
-        block = rack // self.racksPerBlock
-        # Names carry the pool: two pools' racks are never one domain.
-        return {BLOCK_LABEL: f"{pool}-b{block}", RACK_LABEL: f"{pool}-b{block}-r{rack}"}
 
 
 class Pool(_Strict):
@@ -228,7 +236,7 @@ class Pool(_Strict):
     gpu: Gpu | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
-    racks: Racks | None = None
+    topology: PoolTopology | None = None
     # False: kwok leaves these nodes alone, so they never become Ready.
     ready: bool = True
 
@@ -288,6 +296,7 @@ class NodePools(_Strict):
                 labels |= pool.gpu.labels()
             for i in range(pool.count):
                 name = f"{pool.name}-{i:04d}"
+                placed = pool.topology.labels(pool.name, i) if pool.topology else {}
                 node: dict[str, Any] = {
                     "apiVersion": "v1",
                     "kind": "Node",
@@ -295,7 +304,7 @@ class NodePools(_Strict):
                         "name": name,
                         "labels": {
                             **labels,
-                            **(pool.racks.labels(pool.name, i) if pool.racks else {}),
+                            **placed,
                             "kubernetes.io/hostname": name,
                             "kubernetes.io/os": "linux",
                             "kubernetes.io/arch": "amd64",

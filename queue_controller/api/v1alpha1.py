@@ -1,4 +1,5 @@
-"""``queue-controller.io/v1alpha1``: TeamQuota, Cohort, Queue and PodGroup as pydantic models.
+"""``queue-controller.io/v1alpha1``: TeamQuota, Cohort, Topology, Queue and PodGroup as pydantic
+models.
 
 These mirror the CRD schemas in ``crds/`` (a test keeps the two in step), so
 an object read from a dump is held to the same rules the API server applies,
@@ -14,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from queue_controller.core.model import BorrowPolicy, ReclaimPolicy, WithinPolicy
+from queue_controller.core.nodes import HOSTNAME_LABEL
 from queue_controller.core.quantity import parse_quantity
 from queue_controller.core.resources import is_extended
 from queue_controller.errors import QuantityError
@@ -44,6 +46,27 @@ Quantity = Annotated[str | int, BeforeValidator(_quantity)]
 NonNegative = Annotated[int, Field(ge=0, strict=True)]
 # A cohort name is a DNS-1123 label, as in the CRD.
 CohortName = Annotated[str, Field(max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")]
+# An object name that is a DNS-1123 subdomain (a Topology's), or "" for none.
+SubdomainName = Annotated[
+    str,
+    Field(
+        max_length=253,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
+    ),
+]
+# A qualified label key, as Kueue's Topology level's nodeLabel: an optional DNS-subdomain
+# prefix and "/", then a name of at most 63 (the length is the API server's bound too).
+LabelKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=316,
+        pattern=(
+            r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+            r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+        ),
+    ),
+]
 
 
 class _Strict(BaseModel):
@@ -181,6 +204,44 @@ class Cohort(_Strict):
     spec: CohortSpec = CohortSpec()
 
 
+class TopologyLevel(_Strict):
+    nodeLabel: LabelKey
+
+
+class TopologySpec(_Strict):
+    # At most 16 levels (Kueue allows 8; GPU fabrics are rarely deeper than a handful).
+    levels: list[TopologyLevel] = Field(min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _levels(self) -> TopologySpec:
+        labels = [level.nodeLabel for level in self.levels]
+        seen: set[str] = set()
+        for index, label in enumerate(labels):
+            if label in seen:
+                raise ValueError(f"levels[{index}].nodeLabel: {label!r} is already a level")
+            seen.add(label)
+        # A node is the narrowest domain there is: hostname below it would split nothing.
+        if HOSTNAME_LABEL in labels[:-1]:
+            raise ValueError(
+                f"levels[{labels.index(HOSTNAME_LABEL)}].nodeLabel: {HOSTNAME_LABEL} "
+                "may only be the last (narrowest) level"
+            )
+        return self
+
+
+class Topology(_Strict):
+    """Node label keys naming a cluster's domains, from the broadest to the narrowest.
+
+    Kueue's Topology (kueue.x-k8s.io/v1beta1): a Queue's spec.topologyName names one,
+    and a gang may ask for all its members within one domain of a level.
+    """
+
+    apiVersion: Literal["queue-controller.io/v1alpha1"]
+    kind: Literal["Topology"]
+    metadata: ObjectMeta
+    spec: TopologySpec
+
+
 class QueueOrdering(StrEnum):
     STRICT_FIFO = "StrictFIFO"
     BEST_EFFORT_FIFO = "BestEffortFIFO"
@@ -214,6 +275,8 @@ class QueueSpec(_Strict):
     podsReadyTimeoutSeconds: NonNegative | None = None
     requeue: RequeueSpec = RequeueSpec()
     gpuHealth: GpuHealthSpec = GpuHealthSpec()
+    # The Topology whose levels this queue's gangs may ask to be kept within ("": none).
+    topologyName: SubdomainName = ""
 
 
 class Queue(_Strict):
@@ -249,6 +312,15 @@ class PodGroupSpec(_Strict):
     timeoutSeconds: NonNegative | None = None
 
 
+class TopologyAssignment(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    # Label values from the broadest level down, joined by "/" ("" when it spans them).
+    domain: str = ""
+    # One map per slice, in member-index order: node -> members of that slice there.
+    slices: list[dict[str, NonNegative]] = Field(default_factory=list)
+
+
 class PodGroupStatus(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -268,6 +340,10 @@ class PodGroupStatus(BaseModel):
     runningAt: datetime | None = None
     reason: str = ""
     message: str = ""
+    # Where a gang that asked for a topology was admitted: the one pod set's domain, or
+    # "set=domain, ..." for several; and each such pod set's domain and slices.
+    topologyDomain: str = ""
+    topologyAssignment: dict[str, TopologyAssignment] = Field(default_factory=dict)
 
     def condition(self, kind: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)

@@ -48,6 +48,7 @@ def violations(
         *_partially_placed(gangs, now, timing),
         *_evicted_still_holding(gangs, now, timing),
         *_members_off_plan(gangs),
+        *_members_off_slice(gangs),
     ]
     return sorted(found, key=lambda v: (v.invariant.value, v.objects))
 
@@ -244,4 +245,45 @@ def _members_off_plan(gangs: list[GangState]) -> Iterable[Violation]:
                     Invariant.MEMBER_OFF_PLAN,
                     (gang.name,),
                     f"{gang.name}: members bound off its plan: {where}",
+                )
+
+
+def _members_off_slice(gangs: list[GangState]) -> Iterable[Violation]:
+    """A sliced pod set's members with a completion index on their own slice's nodes.
+
+    The domain itself is not checked apart: it is the planned nodes', which
+    MemberOffPlan holds members to.
+    """
+    for gang in gangs:
+        group = gang.view.group
+        if group is None or group.phase not in HOLDING_PHASES:
+            continue
+        first = gang.view.workload.pod_sets[0].name if gang.view.workload.pod_sets else ""
+        for pod_set, assignment in sorted(group.status.topologyAssignment.items()):
+            slices = assignment.slices
+            size = sum(slices[0].values()) if slices else 0
+            if size <= 0:
+                continue
+            bound: Counter[tuple[int, str]] = Counter(
+                (pod.index // size, pod.node_name)
+                for pod in gang.live
+                if pod.node_name
+                and pod.index is not None
+                and (pod.pod_set or first) == pod_set
+                and pod.index // size < len(slices)
+            )
+            off = sorted(
+                (j, node, count)
+                for (j, node), count in bound.items()
+                if count > slices[j].get(node, 0)
+            )
+            if off:
+                where = ", ".join(
+                    f"{count} of slice {j} on {node} (planned {slices[j].get(node, 0)})"
+                    for j, node, count in off
+                )
+                yield Violation(
+                    Invariant.MEMBER_OFF_SLICE,
+                    (gang.name,),
+                    f"{gang.name}: pod set {pod_set} members bound off their slice: {where}",
                 )

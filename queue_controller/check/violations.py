@@ -16,6 +16,7 @@ class Invariant(StrEnum):
     PARTIALLY_PLACED_TOO_LONG = "PartiallyPlacedTooLong"
     EVICTED_STILL_HOLDING = "EvictedStillHolding"
     MEMBER_OFF_PLAN = "MemberOffPlan"
+    MEMBER_OFF_SLICE = "MemberOffSlice"
 
 
 DESCRIPTIONS = {
@@ -31,6 +32,8 @@ DESCRIPTIONS = {
     Invariant.EVICTED_STILL_HOLDING: "an evicted gang holds no quota and no running members "
     "one cycle after its eviction",
     Invariant.MEMBER_OFF_PLAN: "every admitted member runs on a node its PodGroup planned",
+    Invariant.MEMBER_OFF_SLICE: "every admitted member of a sliced pod set runs on a node its "
+    "slice planned (slice i // k for completion index i)",
 }
 
 

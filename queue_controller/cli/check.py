@@ -121,6 +121,7 @@ def check(
       PartiallyPlacedTooLong   a gang partly placed past its timeout plus one cycle
       EvictedStillHolding      an evicted gang still holding quota or running, a cycle on
       MemberOffPlan            an admitted member bound off its PodGroup's planned nodes
+      MemberOffSlice           a sliced pod set's member bound off its slice's nodes
     """
     from queue_controller.cli.plan import _parse_now
 

@@ -44,7 +44,8 @@ def _read_stdin() -> str:
     multiple=True,
     metavar="DUMP",
     help="Cluster dump: YAML or JSON, multi-document or a `kind: List` (what "
-    "`kubectl get nodes,pods,jobs,priorityclasses,queues,teamquotas,cohorts,podgroups -A -o yaml` "
+    "`kubectl get nodes,pods,jobs,priorityclasses,queues,teamquotas,cohorts,topologies,"
+    "podgroups -A -o yaml` "
     "prints). Repeat to combine files; `-` reads standard input. "
     "Default: the bundled example cluster.",
 )

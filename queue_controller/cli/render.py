@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from queue_controller.controller.status import topology_domain
 from queue_controller.core import Decision, Snapshot, Verdict
 
 _STYLE = {
@@ -21,14 +22,12 @@ _STYLE = {
 
 
 def _placement(decision: Decision) -> str:
-    placed = ", ".join(f"{node}: {pods}" for node, pods in decision.placement.items())
-    domains = decision.domains
-    if len(domains) == 1:
-        (domain,) = domains.values()
-        placed += f" (domain {domain or 'spread over top-level domains'})"
-    elif domains:
-        placed += " (domains " + ", ".join(f"{s}: {d or '-'}" for s, d in domains.items()) + ")"
-    return placed
+    nodes = ", ".join(f"{node}: {pods}" for node, pods in decision.placement.items())
+    # A gang that asked for a topology: where it goes, as its PodGroup's Domain will say.
+    if not decision.domains:
+        return nodes
+    where = topology_domain(decision.domains) or "several top-level domains"
+    return f"in {where}: {nodes}"
 
 
 def decisions_table(

@@ -65,6 +65,10 @@ class Admit:
     message: str
     created: float  # the gang's creation, for the wait-time histogram
     release: tuple[Write, ...]  # the kind's writes that let its members be created
+    # Of the pod sets that asked for a topology: the domain each got, and its slices
+    # (node -> members of each, in member-index order), as the core decided them.
+    domains: Mapping[str, str] = field(default_factory=dict)
+    slices: Mapping[str, tuple[Mapping[str, int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

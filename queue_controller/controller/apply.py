@@ -16,7 +16,13 @@ from functools import singledispatchmethod
 from typing import Any
 
 from queue_controller.controller import actions as act
-from queue_controller.controller.status import Update, conditions_with, iso
+from queue_controller.controller.status import (
+    Update,
+    conditions_with,
+    iso,
+    topology_assignment,
+    topology_domain,
+)
 from queue_controller.controller.writer import Writer
 from queue_controller.journal import JournalEvent
 from queue_controller.kube import gateway as gw
@@ -86,6 +92,9 @@ class Applier(Writer):
             "podSetPlacement": {k: dict(v) for k, v in action.pod_set_placement.items()} or None,
             "nominatedPlacement": None,  # merge patch: the room held is the placement now
             "nominatedAt": None,
+            # Cleared (null) when no pod set asked for a topology.
+            "topologyDomain": topology_domain(action.domains) if action.domains else None,
+            "topologyAssignment": topology_assignment(current, action.domains, action.slices),
             "admittedAt": iso(now),
             "running": 0,
             "reason": "Admitted",
@@ -103,12 +112,15 @@ class Applier(Writer):
         # updates and is then resumed next cycle (ResumeAdmission) without a word.
         placed = ", ".join(f"{node}: {n}" for node, n in sorted(action.placement.items()))
         about = self._about(action.subject, ref)
-        await self._events(about, "Admitted", f"{action.message} ({placed})")
+        said = action.message
+        if action.domains:
+            said += f"; topology domain {topology_domain(action.domains)}"
+        await self._events(about, "Admitted", f"{said} ({placed})")
         self._journal(
             action.subject,
             JournalEvent.ADMITTED,
             "Admitted",
-            action.message,
+            said,
             placement=dict(action.placement),
             requeue_count=int((group.get("status") or {}).get("requeueCount", 0)),
         )
@@ -227,6 +239,8 @@ class Applier(Writer):
             "phase": "Failed" if requeue.deactivated else "Evicted",
             "placement": None,  # merge patch: remove
             "podSetPlacement": None,
+            "topologyDomain": None,  # the domain goes with the placement
+            "topologyAssignment": None,
             "running": 0,
             "requeueCount": requeue.count,
             "requeueAt": None if requeue.deactivated else iso(requeue.at),
@@ -340,6 +354,8 @@ class Applier(Writer):
             "phase": "Finished",
             "placement": None,
             "podSetPlacement": None,
+            "topologyDomain": None,  # the domain goes with the placement
+            "topologyAssignment": None,
             "running": 0,
             "reason": reason,
             "message": message,

@@ -19,12 +19,13 @@ kind: each gang's kind (kube/kinds) spells the writes that hold and release it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from queue_controller.api.v1alpha1 import PodGroupPhase
 from queue_controller.controller import actions as act
 from queue_controller.controller import gpuwatch
+from queue_controller.controller.binding import bindings
 from queue_controller.controller.status import iso
 from queue_controller.controller.summaries import summaries
 from queue_controller.core.cycle import CycleResult
@@ -171,6 +172,8 @@ class Planner:
                     group_ref=group_ref(gang),
                     placement=decision.placement,
                     pod_set_placement=decision.pod_set_placement,
+                    domains=decision.domains,
+                    slices=decision.slices,
                     message=decision.message,
                     created=gang.gang.created or now,
                     release=tuple(gang.kind.release(gang.gang)),
@@ -224,7 +227,14 @@ class Planner:
                     gang, now, "JobSuspended", f"the {gang.kind.name} was held by someone else"
                 )
             ]
-        out: list[act.Action] = list(_bindings(gang, status.placement, status.podSetPlacement))
+        sliced = {
+            pod_set: assignment.slices
+            for pod_set, assignment in status.topologyAssignment.items()
+            if assignment.slices
+        }
+        out: list[act.Action] = list(
+            bindings(gang, status.placement, status.podSetPlacement, sliced)
+        )
         min_member = group.min_member
         phases = Counter(p.phase for p in gang.members if not p.deleting)
         running, done = phases["Running"], phases["Succeeded"]
@@ -370,36 +380,6 @@ def _flag(
         message=message,
         warning=warning,
     )
-
-
-def _bindings(
-    gang: GangView,
-    placement: Mapping[str, int],
-    by_set: Mapping[str, Mapping[str, int]],
-) -> Iterable[act.BindMember]:
-    """Each gated member gets a node of its pod set's plan that still has a slot for it."""
-    first = gang.workload.pod_sets[0].name if gang.workload.pod_sets else ""
-    plans = dict(by_set) if by_set else {first: placement}
-    live = gang.live_pods
-    for pod_set, plan in sorted(plans.items()):
-
-        def of_set(pod: MemberPod, pod_set: str = pod_set) -> bool:
-            return (pod.pod_set or first) == pod_set
-
-        assigned = Counter(
-            node for p in live if of_set(p) and not p.gated and (node := p.node) is not None
-        )
-        slots = {node: count - assigned[node] for node, count in sorted(plan.items())}
-        for pod in sorted((p for p in live if p.gated and of_set(p)), key=lambda p: p.ref.name):
-            node = next((n for n, free in slots.items() if free > 0), None)
-            if node is not None:
-                slots[node] -= 1
-            yield act.BindMember(pod=pod, node=node)
-    # Members of no planned pod set (beyond the gang) go wherever they fit.
-    for pod in sorted(
-        (p for p in live if p.gated and (p.pod_set or first) not in plans), key=lambda p: p.ref.name
-    ):
-        yield act.BindMember(pod=pod, node=None)
 
 
 def _pending_changed(gang: GangView, decision: Decision) -> bool:

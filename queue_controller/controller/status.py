@@ -1,14 +1,16 @@
-"""PodGroup status helpers: RFC 3339 times and conditions that follow the API conventions."""
+"""PodGroup status helpers: RFC 3339 times, conditions that follow the API conventions, and
+where a topology-aware gang was admitted."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from queue_controller.api.v1alpha1 import PodGroup
 from queue_controller.kube.fields import iso
 
 Obj = dict[str, Any]
-__all__ = ["Update", "conditions_with", "iso"]
+__all__ = ["Update", "conditions_with", "iso", "topology_assignment", "topology_domain"]
 
 
 Update = tuple[str, bool, str, str]  # condition type, status, reason, message
@@ -39,3 +41,34 @@ def conditions_with(group: PodGroup | None, now: float, *updates: Update) -> lis
             }
         )
     return conditions
+
+
+def topology_domain(domains: Mapping[str, str]) -> str:
+    """status.topologyDomain: the one pod set's domain, or "set=domain, ..." for several."""
+    if len(domains) == 1:
+        (domain,) = domains.values()
+        return domain
+    return ", ".join(f"{pod_set}={domain}" for pod_set, domain in sorted(domains.items()))
+
+
+def topology_assignment(
+    group: PodGroup | None,
+    domains: Mapping[str, str],
+    slices: Mapping[str, tuple[Mapping[str, int], ...]],
+) -> Obj | None:
+    """status.topologyAssignment as a merge patch: each pod set's domain and slices.
+
+    A merge patch merges maps, so pod sets of an earlier assignment that this one
+    lacks get an explicit null; None (remove it all) when nothing asked for a topology.
+    """
+    wanted: Obj = {
+        pod_set: {
+            "domain": domains.get(pod_set, ""),
+            "slices": [dict(one) for one in slices.get(pod_set, ())],
+        }
+        for pod_set in sorted({*domains, *slices})
+    }
+    if not wanted:
+        return None
+    held = group.status.topologyAssignment if group is not None else {}
+    return dict.fromkeys(held) | wanted

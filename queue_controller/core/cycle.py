@@ -35,7 +35,7 @@ from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import Resources, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Placer, SetShape, shape_of
 from queue_controller.core.slices import with_topology
-from queue_controller.core.topology import Refusal, resolve
+from queue_controller.core.topology import Refusal, TopologyAsk, resolve
 from queue_controller.core.victims import Holder, VictimSearch
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Iterable[GangShape]], Placer]
@@ -72,6 +72,7 @@ class _Cycle(PreemptingCycle):
         self.refused: dict[str, Refusal] = {}
         topologies = {t.name: t for t in snapshot.topologies}
         by_template: dict[tuple[object, ...], GangShape] = {}
+        asked: dict[tuple[object, ...], TopologyAsk | Refusal] = {}
         for p in self.pending:
             if p.error:
                 continue
@@ -80,13 +81,25 @@ class _Cycle(PreemptingCycle):
             for pod_set, request in zip(p.workload.pod_sets, p.requests, strict=True):
                 ask = None
                 if pod_set.topology is not None and queue is not None:
-                    resolved = resolve(
+                    several = len(p.workload.pod_sets) > 1
+                    # Thousands of gangs ask alike: each request is resolved once.
+                    of_set = pod_set.name if several else ""
+                    request_key = (
                         pod_set.topology,
-                        pod_set=pod_set,
-                        queue=queue,
-                        topologies=topologies,
-                        several_sets=len(p.workload.pod_sets) > 1,
+                        queue,
+                        pod_set.count,
+                        pod_set.min_count,
+                        of_set,
                     )
+                    resolved = asked.get(request_key)
+                    if resolved is None:
+                        resolved = asked[request_key] = resolve(
+                            pod_set.topology,
+                            pod_set=pod_set,
+                            queue=queue,
+                            topologies=topologies,
+                            several_sets=several,
+                        )
                     if isinstance(resolved, Refusal):
                         self.refused.setdefault(p.workload.key, resolved)
                         continue

@@ -101,7 +101,24 @@ class DomainSearch:
         # In use before empty, then the least room: at every level from the top.
         return (*self._levels_rank(domain), domain.path)
 
+    def _best(self, candidates: list[Domain]) -> Domain:
+        """The candidate of least rank.  Many candidates (racks that fit a small gang)
+        are narrowed by their parents first: the parents' ranks are few and shared."""
+        if len(candidates) < 16:
+            return min(candidates, key=self.rank)
+        ranks: dict[int, Rank] = {}
+        for candidate in candidates:
+            parent = candidate.parent
+            if parent is not None and parent.id not in ranks:
+                ranks[parent.id] = self._levels_rank(parent)
+        best = min(ranks.values())
+        pool = [c for c in candidates if c.parent is not None and ranks[c.parent.id] == best]
+        whole, units = self.totals.whole, self.units
+        return min(pool, key=lambda c: (whole(c), units(c), c.path))
+
     def _levels_rank(self, domain: Domain) -> Rank:
+        if domain.depth == UNCONSTRAINED:
+            return ()
         found = self._ranks.get(domain.id)
         if found is None:
             parent = domain.parent
@@ -138,7 +155,7 @@ class DomainSearch:
         for depth in depths:
             candidates = self._fitting(depth, units, count)
             if candidates:
-                best = min(candidates, key=self.rank)
+                best = self._best(candidates)
                 if depth == ask.node_depth:
                     chosen = self.choose(self.totals.views(best), count)
                     return self._placed([(best, chosen)])
@@ -172,7 +189,7 @@ class DomainSearch:
         children = list(domain.children.values())
         whole = [c for c in children if self.units(c) >= units]
         if whole:
-            return self._fill(min(whole, key=self.rank), units)
+            return self._fill(self._best(whole), units)
         out: Parts = []
         remaining = units
         open_parts = sorted(children, key=lambda c: (-self.units(c), self.rank(c)))

@@ -28,6 +28,7 @@ from queue_controller.core.model import (
     Taint,
     TeamQuota,
     Toleration,
+    Topology,
 )
 from queue_controller.core.quantity import parse_milli
 from queue_controller.errors import InputError, QuantityError
@@ -152,7 +153,14 @@ def priority_class(obj: Obj) -> PriorityClass:
     )
 
 
-_Model = TypeVar("_Model", v1alpha1.TeamQuota, v1alpha1.Cohort, v1alpha1.Queue, v1alpha1.PodGroup)
+_Model = TypeVar(
+    "_Model",
+    v1alpha1.TeamQuota,
+    v1alpha1.Cohort,
+    v1alpha1.Topology,
+    v1alpha1.Queue,
+    v1alpha1.PodGroup,
+)
 
 
 def _validated(model: type[_Model], obj: Obj) -> _Model:
@@ -198,6 +206,14 @@ def cohort(obj: Obj) -> Cohort:
     return Cohort(name=model.metadata.name, fair_sharing=model.spec.fairSharing.enabled)
 
 
+def topology(obj: Obj) -> Topology:
+    model = _validated(v1alpha1.Topology, obj)
+    return Topology(
+        name=model.metadata.name,
+        levels=tuple(level.nodeLabel for level in model.spec.levels),
+    )
+
+
 def queue(obj: Obj) -> Queue:
     model = _validated(v1alpha1.Queue, obj)
     spec = model.spec
@@ -214,6 +230,7 @@ def queue(obj: Obj) -> Queue:
         ),
         evict_on_gpu_unhealthy=spec.gpuHealth.onUnhealthy is v1alpha1.GpuUnhealthyPolicy.EVICT,
         evict_idle=spec.gpuHealth.evictIdle,
+        topology_name=spec.topologyName,
     )
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "PRIORITY_CLASS",
     "QUEUE",
     "TEAM_QUOTA",
+    "TOPOLOGY",
     "Resource",
 ]
 
@@ -76,11 +77,12 @@ JOB = Resource("batch/v1", "Job", "jobs", True)
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
 TEAM_QUOTA = Resource(v1alpha1.API_VERSION, "TeamQuota", "teamquotas", False)
 COHORT = Resource(v1alpha1.API_VERSION, "Cohort", "cohorts", False)
+TOPOLOGY = Resource(v1alpha1.API_VERSION, "Topology", "topologies", False)
 QUEUE = Resource(v1alpha1.API_VERSION, "Queue", "queues", True)
 POD_GROUP = Resource(v1alpha1.API_VERSION, "PodGroup", "podgroups", True)
 
 # What every cycle reads, whatever workload kinds are registered (they add their own).
-CORE = (NODE, POD, PRIORITY_CLASS, TEAM_QUOTA, COHORT, QUEUE, POD_GROUP)
+CORE = (NODE, POD, PRIORITY_CLASS, TEAM_QUOTA, COHORT, TOPOLOGY, QUEUE, POD_GROUP)
 
 # Labels and names that several modules spell: one home for each (the hostname
 # label's is the core's, which matches nodes on it).

@@ -28,6 +28,7 @@ from queue_controller.core.model import (
     Queue,
     Snapshot,
     TeamQuota,
+    Topology,
 )
 from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.errors import InputError
@@ -92,6 +93,7 @@ class _Collected:
     priority_classes: list[PriorityClass] = field(default_factory=list)
     quotas: list[QuotaView] = field(default_factory=list)
     cohorts: list[Cohort] = field(default_factory=list)
+    topologies: list[Topology] = field(default_factory=list)
     queues: list[QueueView] = field(default_factory=list)
     groups: list[GroupView] = field(default_factory=list)
     heads: dict[str, list[Located]] = field(default_factory=lambda: defaultdict(list))
@@ -144,6 +146,8 @@ def _collect_one(item: Located, into: _Collected) -> None:
         )
     elif kind == "Cohort":
         into.cohorts.append(objects.cohort(obj))
+    elif kind == "Topology":
+        into.topologies.append(objects.topology(obj))
     elif kind == "Queue":
         into.queues.append(QueueView(objects.queue(obj), ref_of(QUEUE, obj), _status(obj)))
     elif kind == "PodGroup":
@@ -219,6 +223,7 @@ def translate(items: Iterable[Located], *, now: float, skip: Skip | None = None)
         priority_classes=tuple(collected.priority_classes),
         now=now,
         cohorts=tuple(collected.cohorts),
+        topologies=tuple(collected.topologies),
     )
     return Translation(
         snapshot,

@@ -21,6 +21,9 @@ from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL, POD, Resource
 
 TERMINATED = frozenset({"Succeeded", "Failed"})
+# An Indexed Job's pod's completion index: the label since Kubernetes 1.28, the
+# annotation before (and still).  Slices of a topology-aware gang are filled by it.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,8 @@ class MemberPod:
     # Set when the kind places it in a pod set (kube/snapshot fills it in).
     pod_set: str = ""
     raw_gates: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    # Its completion index (an Indexed Job's pod); None for any other pod.
+    index: int | None = None
 
     @property
     def key(self) -> str:
@@ -125,6 +130,11 @@ def _owner(obj: Obj) -> Owner | None:
     return None
 
 
+def _index(labels: Mapping[str, str], annotations: Mapping[str, str]) -> int | None:
+    raw = labels.get(COMPLETION_INDEX, annotations.get(COMPLETION_INDEX))
+    return int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
+
+
 def member_pod(obj: Obj) -> MemberPod:
     """Translate a Pod; :class:`InputError` names the field of a malformed one."""
     try:
@@ -138,10 +148,12 @@ def member_pod(obj: Obj) -> MemberPod:
         for resources in (container.requests, container.limits)
         for name in resources
     )
+    labels = strings(obj, "metadata.labels")
+    annotations = strings(obj, "metadata.annotations")
     return MemberPod(
         ref=ref_of(POD, obj),
-        labels=strings(obj, "metadata.labels"),
-        annotations=strings(obj, "metadata.annotations"),
+        labels=labels,
+        annotations=annotations,
         owner=_owner(obj),
         template=template,
         node_name=get(obj, "spec.nodeName", str, ""),
@@ -152,6 +164,7 @@ def member_pod(obj: Obj) -> MemberPod:
         created=timestamp(obj, "metadata.creationTimestamp") or 0.0,
         uses_gpus=uses_gpus,
         raw_gates=tuple(dict(g) for g in gates),
+        index=_index(labels, annotations),
     )
 
 

@@ -72,7 +72,7 @@ class Demo:
     def _install(self) -> None:
         kubectl = self.cluster.kubectl
         kubectl("apply", "-f", str(self.root / "crds"))
-        for plural in ("teamquotas", "cohorts", "queues", "podgroups"):
+        for plural in ("teamquotas", "cohorts", "topologies", "queues", "podgroups"):
             kubectl(
                 "wait",
                 "--for=condition=Established",
@@ -86,9 +86,15 @@ class Demo:
         }
         kubectl("apply", "-f", "-", stdin=json.dumps(lease_namespace))
         examples = self.root / "examples"
-        for name in ("namespaces.yaml", "teamquotas.yaml", "cohorts.yaml", "queues.yaml"):
+        for name in (
+            "namespaces.yaml",
+            "teamquotas.yaml",
+            "cohorts.yaml",
+            "queues.yaml",
+            "topology.yaml",
+        ):
             kubectl("apply", "-f", str(examples / name))
-        self.report("CRDs, namespaces, TeamQuotas, the Cohort and Queues installed")
+        self.report("CRDs, namespaces, TeamQuotas, the Cohort, Topologies and Queues installed")
 
     def _start_controller(self) -> None:
         layout = self.cluster.layout
@@ -137,8 +143,9 @@ class Demo:
         self.report(f"controller running (pid {process.pid}, metrics on 127.0.0.1:{port}/metrics)")
 
     def _submit(self, gap_seconds: float) -> None:
-        # The Jobs, then a plain Pod gang made pod by pod, as an operator makes one.
-        for name in ("jobs.yaml", "pod-gang.yaml"):
+        # The Jobs, then a plain Pod gang made pod by pod, as an operator makes one, then
+        # the gangs that must stay within one NVLink clique.
+        for name in ("jobs.yaml", "pod-gang.yaml", "topology-jobs.yaml"):
             path = self.root / "examples" / name
             self.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=true")
             for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):

@@ -157,7 +157,7 @@ def apply(spec: TopologyFile, scenario: Scenario, *, seed: int, where: str) -> S
         if not any(all(key in n.labels for key in domain_levels) for n in scenario.nodes):
             raise InputError(
                 f"no node of the cluster has every label {', '.join(domain_levels)} "
-                "(a NodePools pool gets the rack and block labels from its racks option)",
+                "(a NodePools pool gets the rack and block labels from its topology option)",
                 where=where,
                 field=f"topologies.{i}.levels",
             )

@@ -203,6 +203,29 @@ def test_a_hand_edited_placement_is_caught_as_off_plan() -> None:
     assert violations(objects) == [("MemberOffPlan", ("Job ns/train",))]
 
 
+def sliced(nodes: tuple[str, str], slices: list[dict[str, int]]) -> list[Obj]:
+    """An Indexed 2-member Job in slices of 1: member i on nodes[i]."""
+    objects = [QUEUE, team(4), node("n1"), node("n2")]
+    placement = {"n1": 1, "n2": 1}
+    assignment = {"main": {"domain": "b", "slices": slices}}
+    for thing in admitted(placement=placement, topologyAssignment=assignment):
+        objects.append(thing)
+    for i, where in enumerate(nodes):
+        found = find(objects, "Pod", f"train-{i}")
+        found["spec"]["nodeName"] = where
+        found["metadata"]["labels"] = {"batch.kubernetes.io/job-completion-index": str(i)}
+    return objects
+
+
+def test_members_on_their_slices_break_nothing() -> None:
+    assert violations(sliced(("n1", "n2"), [{"n1": 1}, {"n2": 1}])) == []
+
+
+def test_members_swapped_between_slices_are_off_slice_though_on_plan() -> None:
+    found = violations(sliced(("n2", "n1"), [{"n1": 1}, {"n2": 1}]))
+    assert found == [("MemberOffSlice", ("Job ns/train",))]
+
+
 def test_a_running_gang_is_counted_whatever_its_pod_group_says() -> None:
     # The PodGroup claims Pending, but the Job runs: its quota is counted all the same.
     objects = [QUEUE, team(2), node("n1"), node("n2"), *admitted(), *admitted("more", {"n2": 2})]

@@ -87,7 +87,7 @@ def cluster() -> Iterator[Cluster]:
 def crds(cluster: Cluster) -> None:
     """Our CRDs, installed and established."""
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    for plural in ("teamquotas", "cohorts", "queues", "podgroups"):
+    for plural in ("teamquotas", "cohorts", "topologies", "queues", "podgroups"):
         cluster.kubectl(
             "wait",
             "--for=condition=Established",

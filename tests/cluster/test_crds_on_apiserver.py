@@ -21,6 +21,7 @@ GROUP, VERSION = "queue-controller.io", "v1alpha1"
 PLURALS = {
     "TeamQuota": "teamquotas",
     "Cohort": "cohorts",
+    "Topology": "topologies",
     "Queue": "queues",
     "PodGroup": "podgroups",
 }
@@ -35,7 +36,7 @@ def submit(cluster: Cluster, namespace: str, original: dict[str, Any]) -> ApiExc
     group, version = obj["apiVersion"].split("/")
     name = f"{obj['metadata']['name']}-{secrets.token_hex(3)}"
     obj["metadata"] = {**obj["metadata"], "name": name}
-    scoped = kind not in ("TeamQuota", "Cohort")
+    scoped = kind not in ("TeamQuota", "Cohort", "Topology")
     if scoped:
         obj["metadata"]["namespace"] = namespace
     try:
@@ -136,3 +137,33 @@ def test_printer_columns_tell_the_story(cluster: Cluster, crds: None, namespace:
         cluster.kubectl(
             "delete", "-f", str(ROOT / "examples" / "teamquotas.yaml"), "--ignore-not-found"
         )
+
+
+def test_topology_levels_are_immutable_and_listed(cluster: Cluster, crds: None) -> None:
+    api = client.CustomObjectsApi(cluster.api)
+    name = f"racks-{secrets.token_hex(3)}"
+    levels = [
+        {"nodeLabel": "topology.queue-controller.io/block"},
+        {"nodeLabel": "topology.queue-controller.io/rack"},
+        {"nodeLabel": "kubernetes.io/hostname"},
+    ]
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": levels},
+    }
+    api.create_cluster_custom_object(GROUP, VERSION, "topologies", body, field_validation="Strict")
+    try:
+        with pytest.raises(ApiException) as refused:
+            api.patch_cluster_custom_object(
+                GROUP, VERSION, "topologies", name, {"spec": {"levels": levels[1:]}}
+            )
+        assert refused.value.status == 422
+        assert "levels are immutable" in refused.value.body
+        header, *rows = cluster.kubectl("get", "topo").splitlines()
+        assert header.split() == ["NAME", "BROADEST", "NARROWEST", "AGE"]
+        row = next(r for r in rows if r.startswith(name))
+        assert row.split()[1:3] == ["topology.queue-controller.io/block", "kubernetes.io/hostname"]
+    finally:
+        api.delete_cluster_custom_object(GROUP, VERSION, "topologies", name)

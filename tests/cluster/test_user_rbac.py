@@ -102,7 +102,7 @@ def user_roles(cluster: Cluster, crds: None) -> Iterator[list[dict[str, Any]]]:
         for built_in in ("view", "edit", "admin"):
             role = json.loads(kubectl(cluster, "get", "clusterrole", built_in, "-o", "json").stdout)
             resources = {r for rule in role["rules"] for r in rule.get("resources", [])}
-            if not {"podgroups", "queues", "teamquotas", "cohorts"} <= resources:
+            if not {"podgroups", "queues", "teamquotas", "cohorts", "topologies"} <= resources:
                 return False
         return True
 
@@ -196,13 +196,15 @@ def test_what_each_person_may_do(cluster: Cluster, people: str) -> None:
         expected += [
             (user, v, f"{r}.{OURS}", (), True)
             for v in ("get", "list", "watch")
-            for r in ("teamquotas", "cohorts")
+            for r in ("teamquotas", "cohorts", "topologies")
         ]
         expected += [
             (user, v, f"{r}.{OURS}", ns, False) for v in WRITES for r in ("queues", "podgroups")
         ]
         expected += [
-            (user, v, f"{r}.{OURS}", (), False) for v in WRITES for r in ("teamquotas", "cohorts")
+            (user, v, f"{r}.{OURS}", (), False)
+            for v in WRITES
+            for r in ("teamquotas", "cohorts", "topologies")
         ]
         expected += [(user, v, r, (*ns, *f), False) for v, r, f in STATUS]
         expected += [(user, "create", "jobs.batch", ns, True)]
@@ -210,11 +212,13 @@ def test_what_each_person_may_do(cluster: Cluster, people: str) -> None:
     expected += [
         ("carol", v, f"{r}.{OURS}", ("-A",), True)
         for v in WRITES
-        for r in ("teamquotas", "cohorts", "queues")
+        for r in ("teamquotas", "cohorts", "topologies", "queues")
     ]
     expected += [("carol", v, f"podgroups.{OURS}", ("-A",), v == "get") for v in ("get", *WRITES)]
     expected += [("carol", v, r, ("-A", *f), False) for v, r, f in STATUS]
-    expected += [("dave", "list", f"{r}.{OURS}", (), True) for r in ("teamquotas", "cohorts")]
+    expected += [
+        ("dave", "list", f"{r}.{OURS}", (), True) for r in ("teamquotas", "cohorts", "topologies")
+    ]
     expected += [("dave", "list", f"{r}.{OURS}", ns, False) for r in ("queues", "podgroups")]
     expected += [("dave", v, r, (*ns, *f), False) for v, r, f in STATUS]
     wrong = [

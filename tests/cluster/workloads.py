@@ -38,6 +38,7 @@ class Objects:
         self.api = client.CustomObjectsApi(cluster.api)
         self.cluster, self.namespace = cluster, namespace
         self.quotas: list[str] = []
+        self.topologies: list[str] = []
 
     def team_quota(
         self,
@@ -78,12 +79,15 @@ class Objects:
         ordering: str = "BestEffortFIFO",
         timeout: int | None = None,
         backoff_limit: int | None = None,
+        topology: str = "",
     ) -> str:
         spec: dict[str, Any] = {
             "teamQuota": team,
             "ordering": ordering,
             "requeue": {"backoffBaseSeconds": 1, "backoffMaxSeconds": 4},
         }
+        if topology:
+            spec["topologyName"] = topology
         if timeout is not None:
             spec["podsReadyTimeoutSeconds"] = timeout
         if backoff_limit is not None:
@@ -100,6 +104,23 @@ class Objects:
                 "spec": spec,
             },
         )
+        return name
+
+    def topology(self, *labels: str) -> str:
+        """A Topology of these node labels, broadest first."""
+        name = f"{self.namespace[:40]}-{secrets.token_hex(2)}"
+        self.api.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "topologies",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Topology",
+                "metadata": {"name": name},
+                "spec": {"levels": [{"nodeLabel": label} for label in labels]},
+            },
+        )
+        self.topologies.append(name)
         return name
 
     def pod_group(self, name: str) -> dict[str, Any] | None:
@@ -122,6 +143,8 @@ class Objects:
     def cleanup(self) -> None:
         for name in self.quotas:
             self.api.delete_cluster_custom_object(GROUP, VERSION, "teamquotas", name)
+        for name in self.topologies:
+            self.api.delete_cluster_custom_object(GROUP, VERSION, "topologies", name)
 
 
 def h100(*indices: int) -> list[str]:

@@ -586,13 +586,17 @@ def test_user_roles_grant_what_the_readme_says() -> None:
     assert aggregated_to(user) == AGGREGATE
     viewer = roles["queue-controller-quota-viewer"]
     assert viewer["rules"] == [
-        {"apiGroups": group, "resources": ["teamquotas", "cohorts"], "verbs": READ}
+        {"apiGroups": group, "resources": ["teamquotas", "cohorts", "topologies"], "verbs": READ}
     ]
     assert aggregated_to(viewer) == AGGREGATE
     admin = roles["queue-controller-quota-admin"]
     writes = [*READ, "create", "update", "patch", "delete", "deletecollection"]
     assert admin["rules"] == [
-        {"apiGroups": group, "resources": ["teamquotas", "cohorts", "queues"], "verbs": writes},
+        {
+            "apiGroups": group,
+            "resources": ["teamquotas", "cohorts", "topologies", "queues"],
+            "verbs": writes,
+        },
         {"apiGroups": group, "resources": ["podgroups"], "verbs": READ},
     ]
     assert aggregated_to(admin) == []  # bound only to whom the values name

@@ -47,8 +47,9 @@ def plan_snapshot(*paths: Path) -> Any:
 
 def test_local_cluster_node_file() -> None:
     nodes = load_cluster(NODES)
-    assert len(nodes) == 15
-    assert len({n.name for n in nodes}) == 15
+    # h100 8, a100-mig 4, l4 3, gb200 8.
+    assert len(nodes) == 23
+    assert len({n.name for n in nodes}) == 23
     assert all(is_ready(n) for n in nodes)  # kwok runs them all: Ready
     by_name = {n.name: n for n in nodes}
     h100 = by_name["h100-0000"]
@@ -63,7 +64,7 @@ def test_local_cluster_node_file() -> None:
     assert mig.allocatable["nvidia.com/mig-3g.40gb"] == 8_000
     assert by_name["l4-0002"].allocatable[GPU] == 16_000  # 4 GPUs x 4 time-slicing replicas
     pools = [n.labels["queue-controller.io/pool"] for n in nodes]
-    assert pools == ["h100"] * 8 + ["a100-mig"] * 4 + ["l4"] * 3
+    assert pools == ["h100"] * 8 + ["a100-mig"] * 4 + ["l4"] * 3 + ["gb200"] * 8
 
 
 def test_nodepools_and_node_objects_give_the_same_nodes(tmp_path: Path) -> None:

@@ -200,9 +200,9 @@ def test_the_bundled_cluster_is_cut_into_racks_and_blocks() -> None:
     assert len(racks) == 6
     assert len(blocks) == 2
     by_name = {n.name: n.labels for n in h100}
-    assert by_name["h100-0003"][RACK_LABEL] == "h100-b0-r0"
-    assert by_name["h100-0004"][RACK_LABEL] == "h100-b0-r1"
-    assert by_name["h100-0012"][BLOCK_LABEL] == "h100-b1"
+    assert by_name["h100-0003"][RACK_LABEL] == "h100-rack-0"
+    assert by_name["h100-0004"][RACK_LABEL] == "h100-rack-1"
+    assert by_name["h100-0012"][BLOCK_LABEL] == "h100-block-1"
 
 
 def _topology_file(tmp_path: Path, rule: str) -> Path:
@@ -282,15 +282,15 @@ def test_a_bad_topology_file_is_one_line_naming_the_field(
     assert words in err
 
 
-def test_a_bad_racks_option_names_the_pool_field(tmp_path: Path) -> None:
+def test_a_bad_topology_option_names_the_pool_field(tmp_path: Path) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_text(
         "apiVersion: queue-controller.io/v1alpha1\nkind: NodePools\n"
-        "pools:\n- name: a\n  count: 2\n  racks: {nodesPerRack: 0}\n"
+        "pools:\n- name: a\n  count: 2\n  topology: {nodesPerRack: 0}\n"
     )
     with pytest.raises(InputError) as caught:
         load_cluster(path)
-    assert caught.value.field == "pools.0.racks.nodesPerRack"
+    assert caught.value.field == "pools.0.topology.nodesPerRack"
 
 
 def test_a_topology_file_naming_a_missing_queue_is_refused(tmp_path: Path) -> None:

@@ -295,7 +295,7 @@ def test_a_scenario_from_files(tmp_path: Path) -> None:
     )
     scenario = load_scenario(cluster=NODES, queues=QUEUES, trace=trace)
     assert scenario.name == "week"
-    assert len(scenario.nodes) == 15
+    assert len(scenario.nodes) == 23
     assert [q.name for q in scenario.queues] == ["training", "batch"]
     assert {q.name for q in scenario.quotas} == {"research", "prod"}
     assert [j.key for j in scenario.jobs] == ["research/a", "prod/b"]

@@ -44,6 +44,8 @@ from queue_controller.api.v1alpha1 import (
     QueueSpec,
     TeamQuota,
     TeamQuotaSpec,
+    Topology,
+    TopologySpec,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,18 +55,20 @@ EXAMPLES_DIR = ROOT / "examples"
 MODELS: dict[str, type[BaseModel]] = {
     "TeamQuota": TeamQuota,
     "Cohort": Cohort,
+    "Topology": Topology,
     "Queue": Queue,
     "PodGroup": PodGroup,
 }
 PLURALS = {
     "TeamQuota": "teamquotas",
     "Cohort": "cohorts",
+    "Topology": "topologies",
     "Queue": "queues",
     "PodGroup": "podgroups",
 }
 KINDS = list(MODELS)
-# A Cohort only configures: the controller writes no status to it.
-WITH_STATUS = [kind for kind in KINDS if kind != "Cohort"]
+# A Cohort and a Topology only configure: the controller writes no status to them.
+WITH_STATUS = [kind for kind in KINDS if kind not in ("Cohort", "Topology")]
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -284,6 +288,17 @@ EXPECTED = {
             "Age": ".metadata.creationTimestamp",
         },
     ),
+    "Topology": Expected(
+        scope="Cluster",
+        plural="topologies",
+        singular="topology",
+        short_names=("topo",),
+        columns={
+            "Broadest": ".spec.levels[0].nodeLabel",
+            "Narrowest": ".spec.levels[-1:].nodeLabel",
+            "Age": ".metadata.creationTimestamp",
+        },
+    ),
     "Queue": Expected(
         scope="Namespaced",
         plural="queues",
@@ -292,6 +307,7 @@ EXPECTED = {
         columns={
             "TeamQuota": ".spec.teamQuota",
             "Ordering": ".spec.ordering",
+            "Topology": ".spec.topologyName",
             "Pending": ".status.pendingGangs",
             "Admitted": ".status.admittedGangs",
             "Running": ".status.runningGangs",
@@ -310,6 +326,7 @@ EXPECTED = {
             "Running": ".status.running",
             "Requeues": ".status.requeueCount",
             "Reason": ".status.reason",
+            "Domain": ".status.topologyDomain",
             "Kind": ".metadata.labels.queue-controller\\.io/workload-kind",
             "Age": ".metadata.creationTimestamp",
         },
@@ -364,7 +381,9 @@ def _column_schema(kind: str, json_path: str) -> dict[str, Any] | None:
     for step in steps:
         if node is None:
             return None
-        if step in node.get("properties", {}):
+        if (item := re.fullmatch(r"(\w+)\[[-0-9:*]+\]", step)) is not None:  # a list's items
+            node = node.get("properties", {}).get(item[1], {}).get("items")
+        elif step in node.get("properties", {}):
             node = node["properties"][step]
         elif isinstance(node.get("additionalProperties"), dict):
             node = node["additionalProperties"]
@@ -527,6 +546,7 @@ def test_cel_field_check_catches_a_typo() -> None:
 SPEC_MODELS = [
     pytest.param("TeamQuota", TeamQuotaSpec, id="TeamQuotaSpec"),
     pytest.param("Cohort", CohortSpec, id="CohortSpec"),
+    pytest.param("Topology", TopologySpec, id="TopologySpec"),
     pytest.param("Queue", QueueSpec, id="QueueSpec"),
     pytest.param("PodGroup", PodGroupSpec, id="PodGroupSpec"),
 ]
@@ -558,6 +578,8 @@ def test_required_fields_match_the_model(kind: str, model: type[BaseModel]) -> N
             for step, sub in _models_in(info.annotation):
                 sub_node = _resolve(node, f".{name}" + ("[x]" if step == "[*]" else ""))
                 assert sub_node is not None
+                if step == "[]":  # a list of objects: the items say what they require
+                    sub_node = sub_node["items"]
                 yield from ((f"{name}{step}.{n}", r) for n, r in required(sub_node, sub))
 
     def model_required(model: type[BaseModel]) -> Iterator[tuple[str, bool]]:
@@ -624,7 +646,18 @@ def test_enums_match_the_model() -> None:
 
 def test_examples_hold_every_kind() -> None:
     kinds = sorted(o["kind"] for o in ours(example_objects()))
-    assert kinds == ["Cohort", "PodGroup", "Queue", "Queue", "TeamQuota", "TeamQuota"]
+    assert kinds == [
+        "Cohort",
+        "PodGroup",
+        "Queue",
+        "Queue",
+        "Queue",
+        "TeamQuota",
+        "TeamQuota",
+        "TeamQuota",
+        "Topology",
+        "Topology",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -646,6 +679,11 @@ def test_examples_fit_together() -> None:
         for o in objects
         if o["kind"] == "Queue"
     }
+    # fabric (examples/topology.yaml) shows topology-aware gangs, on a quota of its own.
+    fabric = quotas.pop("fabric")
+    assert "cohort" not in fabric["spec"]
+    topologies = {o["metadata"]["name"] for o in objects if o["kind"] == "Topology"}
+    assert queues.pop(("fabric", "nvlink"))["spec"]["topologyName"] in topologies
     assert set(quotas) == {"research", "prod"}
     for quota in quotas.values():
         assert quota["spec"]["cohort"] == "gpu-pool"
@@ -661,6 +699,7 @@ def test_examples_fit_together() -> None:
     assert {ns for ns, _ in queues} <= namespaces
     jobs = [o for o in objects if o["kind"] == "Job"]
     assert len(jobs) >= 5
+    queues[("fabric", "nvlink")] = {}
     for job in jobs:
         assert job["apiVersion"] == "batch/v1"
         queue_name = job["metadata"]["labels"]["queue-controller.io/queue"]
@@ -678,6 +717,21 @@ def test_examples_fit_together() -> None:
 def cohort(spec: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     body = {"apiVersion": API_VERSION, "kind": "Cohort", "metadata": {"name": "gpu-pool"}}
     return body | ({} if spec is None else {"spec": spec}) | extra
+
+
+BLOCK = "topology.queue-controller.io/block"
+RACK = "topology.queue-controller.io/rack"
+HOST = "kubernetes.io/hostname"
+
+
+def topology(*labels: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Topology",
+        "metadata": {"name": "racks"},
+        "spec": {"levels": [{"nodeLabel": label} for label in labels]},
+        **extra,
+    }
 
 
 def teamquota(spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -773,7 +827,13 @@ VALID = {
     "coh-fair": cohort({"fairSharing": {"enabled": True}}),
     "coh-fair-off": cohort({"fairSharing": {"enabled": False}}),
     "coh-empty-fair": cohort({"fairSharing": {}}),
+    "topo-block-rack-host": topology(BLOCK, RACK, HOST),
+    "topo-one-level": topology(RACK),
+    "topo-clique": topology(BLOCK, "nvidia.com/gpu.clique", HOST),
+    "topo-unprefixed-label": topology("rack"),
+    "topo-sixteen-levels": topology(*(f"example.com/l{i}" for i in range(16))),
     "q-minimal": queue({"teamQuota": "research"}),
+    "q-topology": queue({"teamQuota": "research", "topologyName": "racks"}),
     "q-full": queue(
         {
             "teamQuota": "prod",
@@ -783,6 +843,20 @@ VALID = {
         }
     ),
     "pg-minimal": podgroup({"queue": "training", "minMember": 0}),
+    "pg-topology-assignment": podgroup(
+        PG_SPEC,
+        status={
+            "phase": "Admitted",
+            "placement": {"h100-0": 2, "h100-1": 2},
+            "topologyDomain": "block-a/rack-2",
+            "topologyAssignment": {
+                "main": {
+                    "domain": "block-a/rack-2",
+                    "slices": [{"h100-0": 2}, {"h100-1": 2}],
+                }
+            },
+        },
+    ),
     "pg-with-status": podgroup(
         {**PG_SPEC, "timeoutSeconds": 3600},
         status={
@@ -866,6 +940,17 @@ INVALID = {
     "tq-fair-weight-negative-string": teamquota({"fairSharing": {"weight": "-1"}}),
     "tq-fair-weight-float": teamquota({"fairSharing": {"weight": 1.5}}),
     "tq-fair-unknown-field": teamquota({"fairSharing": {"enabled": True}}),
+    "topo-no-levels": topology(),
+    "topo-missing-spec": {k: v for k, v in topology(RACK).items() if k != "spec"},
+    "topo-seventeen-levels": topology(*(f"example.com/l{i}" for i in range(17))),
+    "topo-label-not-a-key": topology("rack name"),
+    "topo-label-two-slashes": topology("a/b/c"),
+    "topo-level-unknown-field": topology(RACK) | {"spec": {"levels": [{"label": RACK}]}},
+    "topo-level-as-string": topology() | {"spec": {"levels": [RACK]}},
+    "q-topology-name-not-dns": queue({"teamQuota": "research", "topologyName": "Racks_1"}),
+    "pg-slice-negative": podgroup(
+        PG_SPEC, status={"topologyAssignment": {"main": {"slices": [{"h100-0": -1}]}}}
+    ),
     "coh-enabled-as-string": cohort({"fairSharing": {"enabled": "true"}}),
     "coh-parent-name": cohort({"parentName": "org"}),
     "coh-unknown-fair-field": cohort({"fairSharing": {"weight": 1}}),
@@ -976,6 +1061,18 @@ CEL_ONLY = {
         "TeamQuota",
         ("self.borrowWithinCohort.policy", "self.reclaimWithinCohort != 'Never'"),
         "reclaimWithinCohort",
+    ),
+    "topo-duplicate-level": CelCase(
+        topology(BLOCK, RACK, BLOCK),
+        "Topology",
+        ("j.nodeLabel == i.nodeLabel",),
+        "unique",
+    ),
+    "topo-hostname-not-last": CelCase(
+        topology(BLOCK, HOST, RACK),
+        "Topology",
+        ("'kubernetes.io/hostname'", "size(self) - 1"),
+        "only be the last",
     ),
     "tq-empty-resource-name": CelCase(
         teamquota({"resources": {"": {"nominal": 1}}}),

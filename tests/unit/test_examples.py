@@ -67,9 +67,20 @@ def merge(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The gangs of examples/topology-jobs.yaml: placed by the core's topology rules (issue 14).
+TOPOLOGY_GANGS = {
+    "fabric/nvl-too-big": ("Pending", "NoNodeFit"),
+    "fabric/nvl-fits": ("Admit", "Admitted"),
+}
+
+
 def test_demo_jobs_are_decided_as_the_examples_say() -> None:
     decisions = _decide(_examples())
-    got = {key: (d.verdict.value, d.reason.value) for key, d in decisions.items()}
+    got = {
+        key: (d.verdict.value, d.reason.value)
+        for key, d in decisions.items()
+        if key not in TOPOLOGY_GANGS
+    }
     assert got == {
         "research/pretrain-llm": ("Pending", "QuotaExceeded"),
         "research/finetune": ("Admit", "Admitted"),
@@ -87,6 +98,20 @@ def test_demo_jobs_are_decided_as_the_examples_say() -> None:
     ray = decisions["research/pods-ray"]
     assert ray.kind == "Pod"
     assert sorted(sum(p.values()) for p in ray.pod_set_placement.values()) == [1, 3]
+
+
+def test_topology_gangs_are_decided_as_the_examples_say() -> None:
+    decisions = _decide(_examples())
+    got = {
+        key: (decisions[key].verdict.value, decisions[key].reason.value) for key in TOPOLOGY_GANGS
+    }
+    assert got == TOPOLOGY_GANGS
+    fits = decisions["fabric/nvl-fits"]
+    (domain,) = fits.domains.values()
+    assert domain in ("gb200-block-0/gb200-nvl-0.1", "gb200-block-0/gb200-nvl-1.1")
+    clique = domain.rsplit("/", 1)[1]
+    nodes = {f"gb200-{i:04d}" for i in range(8) if f"gb200-nvl-{i // 4}.1" == clique}
+    assert set(fits.placement) == nodes
 
 
 def test_the_podgroup_example_is_what_the_controller_writes_for_its_job() -> None:

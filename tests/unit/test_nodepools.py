@@ -14,10 +14,11 @@ H100 = {"product": "NVIDIA-H100-80GB-HBM3", "count": 8, "memoryMiB": 81559, "fam
 A100 = {"product": "NVIDIA-A100-SXM4-80GB", "count": 8, "memoryMiB": 81920, "family": "ampere"}
 
 
-def test_the_default_node_file_has_the_three_pools() -> None:
+def test_the_default_node_file_has_the_four_pools() -> None:
     pools = nodepools.load(ROOT / "deploy/local-cluster/nodes.yaml")
     by_name = {p.name: p for p in pools.pools}
-    assert set(by_name) == {"h100", "a100-mig", "l4"}
+    assert set(by_name) == {"h100", "a100-mig", "l4", "gb200"}
+    assert by_name["gb200"].allocatable()["nvidia.com/gpu"] == "4"
     assert by_name["h100"].allocatable()["nvidia.com/gpu"] == "8"
     assert by_name["a100-mig"].allocatable()["nvidia.com/mig-3g.40gb"] == "8"
     assert by_name["l4"].allocatable()["nvidia.com/gpu"] == "16"  # 4 GPUs x 4 replicas
@@ -139,7 +140,7 @@ def test_nodes_carry_pool_labels_taints_and_kwok_annotation() -> None:
 
 def test_pools_resize_for_benchmarks() -> None:
     pools = nodepools.load(ROOT / "deploy/local-cluster/nodes.yaml")
-    big = pools.resized({"h100": 800, "a100-mig": 150, "l4": 50})
+    big = pools.resized({"h100": 800, "a100-mig": 150, "l4": 50, "gb200": 0})
     assert big.node_count() == 1000
     assert len(big.nodes()) == 1000
     with pytest.raises(InputError, match="no pool named b200"):
@@ -161,3 +162,35 @@ def test_bad_file_names_file_and_field(tmp_path: Path) -> None:
         nodepools.load(path)
     with pytest.raises(InputError, match="no such file"):
         nodepools.load(tmp_path / "missing.yaml")
+
+
+def test_default_nodes_sit_in_racks_blocks_and_cliques() -> None:
+    nodes = nodepools.load(ROOT / "deploy/local-cluster/nodes.yaml").nodes()
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
+
+    def domains(pool: str, key: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for name, of in sorted(labels.items()):
+            if name.startswith(f"{pool}-"):
+                out.setdefault(of[key], []).append(name)
+        return out
+
+    racks = domains("h100", nodepools.RACK_LABEL)
+    assert racks == {
+        f"h100-rack-{r}": [f"h100-{2 * r:04d}", f"h100-{2 * r + 1:04d}"] for r in range(4)
+    }
+    assert sorted(domains("h100", nodepools.BLOCK_LABEL)) == ["h100-block-0", "h100-block-1"]
+    assert labels["h100-0003"][nodepools.BLOCK_LABEL] == "h100-block-0"
+    assert labels["h100-0004"][nodepools.BLOCK_LABEL] == "h100-block-1"
+    cliques = domains("gb200", nodepools.CLIQUE_LABEL)
+    assert {k: len(v) for k, v in cliques.items()} == {"gb200-nvl-0.1": 4, "gb200-nvl-1.1": 4}
+    assert labels["gb200-0000"]["nvidia.com/gpu.product"] == "NVIDIA-GB200"
+    assert all(nodepools.RACK_LABEL in of for of in labels.values())
+
+
+def test_a_pool_without_topology_has_no_topology_labels() -> None:
+    pools = NodePools(pools=[Pool(name="x", count=1, gpu=Gpu.model_validate(H100))])
+    (node,) = pools.nodes()
+    assert not {nodepools.RACK_LABEL, nodepools.BLOCK_LABEL, nodepools.CLIQUE_LABEL} & set(
+        node["metadata"]["labels"]
+    )

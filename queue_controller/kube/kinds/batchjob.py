@@ -9,6 +9,7 @@ which makes the Job controller delete its pods.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from queue_controller.core.model import one_pod_set
 from queue_controller.errors import InputError
@@ -21,6 +22,7 @@ from queue_controller.kube.kinds.base import (
     WebhookRule,
     queue_name,
 )
+from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, JOB, Resource
 from queue_controller.kube.views import Delete, MemberPod, Patch, Write, ref_of
@@ -32,6 +34,8 @@ TIMEOUT_ANNOTATION = "queue-controller.io/pods-ready-timeout-seconds"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 # Where a Job keeps its pod template: messages about a bad template name the field there.
 TEMPLATE_PATH = "spec.template.spec"
+# Where its members' topology request is written: the pod template's annotations.
+TEMPLATE_ANNOTATIONS = "spec.template.metadata.annotations"
 POD_SET = "main"
 
 
@@ -99,19 +103,31 @@ class BatchJob:
             parallelism = 0
         min_member, annotation_error = _whole_number(head, MIN_MEMBER_ANNOTATION)
         timeout, _ = _whole_number(head, TIMEOUT_ANNOTATION)
+        # Slices are filled by completion index, which only an Indexed Job gives its pods.
+        indexed = get(head, "spec.completionMode", str, "NonIndexed") == "Indexed"
+        topology, topology_error = topology_request(
+            strings(head, TEMPLATE_ANNOTATIONS),
+            prefix=TEMPLATE_ANNOTATIONS,
+            no_index=""
+            if indexed
+            else (
+                "slices are filled by completion index: the Job needs spec.completionMode: Indexed"
+            ),
+        )
+        pod_sets = one_pod_set(
+            template,
+            count=parallelism,
+            min_count=parallelism if min_member is None else min_member,
+            name=POD_SET,
+            path=TEMPLATE_PATH,
+        )
         facts = KindFacts(
             queue=queue_name(labels),
-            pod_sets=one_pod_set(
-                template,
-                count=parallelism,
-                min_count=parallelism if min_member is None else min_member,
-                name=POD_SET,
-                path=TEMPLATE_PATH,
-            ),
+            pod_sets=tuple(replace(s, topology=topology) for s in pod_sets),
             held=get(head, "spec.suspend", bool, False),
             finished=finished,
             succeeded=succeeded,
-            spec_error=spec_error or annotation_error,
+            spec_error=spec_error or annotation_error or topology_error,
             timeout_seconds=timeout,
         )
         head_ref = ref_of(JOB, head)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from queue_controller.core.model import PodSet, PodTemplate
+from queue_controller.core.model import PodSet, PodTemplate, TopologyRequest
 from queue_controller.kube.fields import Obj, get, objects, strings
 from queue_controller.kube.kinds.base import (
     KindFacts,
@@ -37,6 +37,7 @@ from queue_controller.kube.kinds.base import (
     WebhookRule,
     queue_name,
 )
+from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL, POD, Resource
 from queue_controller.kube.views import Delete, MemberPod, Write
@@ -106,14 +107,15 @@ class PlainPods:
         succeeded = sum(1 for p in members if p.phase == "Succeeded")
         terminated = sum(1 for p in members if not p.live and not p.deleting)
         total, total_error = _total(members) if grouped else (1, "")
-        spec_error = total_error or _queues_agree(members)
+        topologies, topology_error = _topologies(live)
+        spec_error = total_error or _queues_agree(members) or topology_error
         counted = len(live) + succeeded
         if not spec_error and len(live) > total:
             spec_error = (
                 f"{len(live)} members exist but {TOTAL_ANNOTATION} is {total}: "
                 "delete the extra pods or raise the count"
             )
-        pod_sets = _pod_sets(live)
+        pod_sets = _pod_sets(live, topologies)
         queue = queue_name(members[0].labels) if members else ""
         facts = KindFacts(
             queue=queue,
@@ -230,12 +232,42 @@ def _timeout(members: Sequence[MemberPod]) -> int | None:
     return None
 
 
-def _pod_sets(live: Sequence[MemberPod]) -> tuple[PodSet, ...]:
+# Plain pods carry no completion index (unlike an Indexed Job's), so nothing says which
+# slice a member is in: a pod group asking for slices is refused rather than mis-sliced.
+NO_INDEX = "slices are filled by completion index, which plain pods do not have; use an Indexed Job"
+
+
+def _topologies(live: Sequence[MemberPod]) -> tuple[dict[str, TopologyRequest | None], str]:
+    """Each role's topology request, from its members' annotations; they must agree."""
+    out: dict[str, TopologyRequest | None] = {}
+    first: dict[str, str] = {}
+    for pod in live:
+        role = pod.pod_set or SINGLE_POD_SET
+        request, error = topology_request(
+            pod.annotations, prefix="metadata.annotations", no_index=NO_INDEX
+        )
+        if error:
+            return {}, f"{error} (on pod {pod.ref.name})"
+        if role not in out:
+            out[role], first[role] = request, pod.ref.name
+        elif out[role] != request:
+            return {}, (
+                "metadata.annotations: the members of one pod set ask for different "
+                f"topologies (pods {first[role]} and {pod.ref.name})"
+            )
+    return out, ""
+
+
+def _pod_sets(
+    live: Sequence[MemberPod], topologies: dict[str, TopologyRequest | None]
+) -> tuple[PodSet, ...]:
     """One pod set per role among the live members, in the order roles first appear."""
     by_role: dict[str, list[MemberPod]] = {}
     for pod in live:
         by_role.setdefault(pod.pod_set or SINGLE_POD_SET, []).append(pod)
     return tuple(
-        PodSet(role, pods[0].template, len(pods), len(pods), path="spec")
+        PodSet(
+            role, pods[0].template, len(pods), len(pods), path="spec", topology=topologies.get(role)
+        )
         for role, pods in by_role.items()
     )

@@ -1,0 +1,98 @@
+"""Binding: which node each gated member of an admitted gang is sent to.
+
+The PodGroup's status holds the plan (members per node, pod set by pod set, and the
+slices of a topology-aware pod set); each gated member takes a slot of it that no
+member already sent holds.  Read back from the status every cycle, so a restart
+binds exactly as before it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+from queue_controller.controller import actions as act
+from queue_controller.kube.gangs import GangView
+from queue_controller.kube.views import MemberPod
+
+__all__ = ["bindings"]
+
+
+def bindings(
+    gang: GangView,
+    placement: Mapping[str, int],
+    by_set: Mapping[str, Mapping[str, int]],
+    sliced: Mapping[str, Sequence[Mapping[str, int]]] | None = None,
+) -> Iterable[act.BindMember]:
+    """Each gated member gets a node of its pod set's plan that still has a slot for it.
+
+    A pod set admitted in slices (``sliced``) binds by slice instead (:func:`_slice_bindings`).
+    """
+    sliced = sliced or {}
+    first = gang.workload.pod_sets[0].name if gang.workload.pod_sets else ""
+    plans = dict(by_set) if by_set else {first: placement}
+    live = gang.live_pods
+    for pod_set, plan in sorted(plans.items()):
+
+        def of_set(pod: MemberPod, pod_set: str = pod_set) -> bool:
+            return (pod.pod_set or first) == pod_set
+
+        if sliced.get(pod_set):
+            yield from _slice_bindings([p for p in live if of_set(p)], sliced[pod_set])
+            continue
+        assigned = Counter(
+            node for p in live if of_set(p) and not p.gated and (node := p.node) is not None
+        )
+        slots = {node: count - assigned[node] for node, count in sorted(plan.items())}
+        for pod in sorted((p for p in live if p.gated and of_set(p)), key=lambda p: p.ref.name):
+            node = next((n for n, free in slots.items() if free > 0), None)
+            if node is not None:
+                slots[node] -= 1
+            yield act.BindMember(pod=pod, node=node)
+    # Members of no planned pod set (beyond the gang) go wherever they fit.
+    for pod in sorted(
+        (p for p in live if p.gated and (p.pod_set or first) not in plans), key=lambda p: p.ref.name
+    ):
+        yield act.BindMember(pod=pod, node=None)
+
+
+def _slice_bindings(
+    members: Sequence[MemberPod], slices: Sequence[Mapping[str, int]]
+) -> Iterable[act.BindMember]:
+    """A sliced pod set's gated members onto their slices' nodes.
+
+    Slice j holds the members whose completion index i has i // k == j (k: members per
+    slice), so that ranks j*k .. j*k+k-1 (a tensor-parallel group, say) share a domain.
+    A member without an index takes any slot left; one whose slice is full is beyond
+    the gang (a duplicate index) and is scheduled wherever it fits, as extras are.
+    """
+    size = sum(slices[0].values())
+    free = [dict(sorted(one.items())) for one in slices]
+
+    def slice_of(pod: MemberPod) -> int | None:
+        if pod.index is None or size <= 0 or pod.index // size >= len(free):
+            return None
+        return pod.index // size
+
+    def take(node: str, where: int | None) -> bool:
+        order = [where] if where is not None else range(len(free))
+        for j in order:
+            if free[j].get(node, 0) > 0:
+                free[j][node] -= 1
+                return True
+        return False
+
+    # Members already sent to a node hold their slot, in their own slice where they have one.
+    for pod in members:
+        if not pod.gated and (node := pod.node) is not None and not take(node, slice_of(pod)):
+            take(node, None)
+    gated = [p for p in members if p.gated]
+    # Indexed members first, so that no unindexed one takes the slot of a slice's own member.
+    gated.sort(key=lambda p: (p.index is None, p.index or 0, p.ref.name))
+    for pod in gated:
+        where = slice_of(pod)
+        candidates = [where] if where is not None else range(len(free))
+        slot = next(((j, n) for j in candidates for n, left in free[j].items() if left > 0), None)
+        if slot is not None:
+            take(slot[1], slot[0])
+        yield act.BindMember(pod=pod, node=slot[1] if slot is not None else None)

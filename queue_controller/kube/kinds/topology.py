@@ -1,0 +1,155 @@
+"""What a pod set asks of its Queue's Topology: the annotations on its pod template.
+
+Ours are ``queue-controller.io/topology-*``; Kueue's TAS annotations
+(``kueue.x-k8s.io/podset-*-topology``, ``podset-slice-size``) mean the same and
+are accepted so that workloads move over unchanged.  Both may be written only
+where they agree: silently preferring one would place a gang by a rule its
+author did not read.
+
+Only the annotations' shape is checked here.  Whether a level is one of the
+Queue's Topology is the core's to say, as only the cycle knows the Queue.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from queue_controller.core.model import TopologyMode, TopologyRequest
+
+__all__ = [
+    "PREFERRED",
+    "REQUIRED",
+    "SLICE_REQUIRED",
+    "SLICE_SIZE",
+    "UNCONSTRAINED",
+    "Annotation",
+    "topology_request",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """One request annotation: ours and Kueue's spelling of it."""
+
+    ours: str
+    kueue: str
+
+
+REQUIRED = Annotation(
+    "queue-controller.io/topology-required", "kueue.x-k8s.io/podset-required-topology"
+)
+PREFERRED = Annotation(
+    "queue-controller.io/topology-preferred", "kueue.x-k8s.io/podset-preferred-topology"
+)
+UNCONSTRAINED = Annotation(
+    "queue-controller.io/topology-unconstrained", "kueue.x-k8s.io/podset-unconstrained-topology"
+)
+SLICE_REQUIRED = Annotation(
+    "queue-controller.io/topology-slice-required",
+    "kueue.x-k8s.io/podset-slice-required-topology",
+)
+SLICE_SIZE = Annotation(
+    "queue-controller.io/topology-slice-size", "kueue.x-k8s.io/podset-slice-size"
+)
+
+
+class _Refused(Exception):
+    """A request written wrong; its message names the annotation."""
+
+
+def _quoted(value: str) -> str:
+    return json.dumps(value)
+
+
+def _read(annotations: Mapping[str, str], which: Annotation, prefix: str) -> tuple[str, str] | None:
+    """The annotation's value and the field it was read from; None when neither is written."""
+    ours, kueue = annotations.get(which.ours), annotations.get(which.kueue)
+    if ours is not None and kueue is not None and ours != kueue:
+        raise _Refused(
+            f"{prefix}[{which.ours}] and {prefix}[{which.kueue}] disagree "
+            f"({_quoted(ours)} and {_quoted(kueue)}): they mean the same, write one"
+        )
+    if ours is not None:
+        return ours, f"{prefix}[{which.ours}]"
+    if kueue is not None:
+        return kueue, f"{prefix}[{which.kueue}]"
+    return None
+
+
+def _level(read: tuple[str, str]) -> str:
+    value, field = read
+    if not value.strip():
+        raise _Refused(f"{field}: empty; name a level of the Queue's Topology (a node label)")
+    return value
+
+
+def _unconstrained(read: tuple[str, str] | None) -> tuple[str, str] | None:
+    if read is None:
+        return None
+    value, field = read
+    if value not in ("true", "false"):
+        raise _Refused(f'{field}: {_quoted(value)} is neither "true" nor "false"')
+    return read if value == "true" else None
+
+
+def _request(annotations: Mapping[str, str], prefix: str, no_index: str) -> TopologyRequest | None:
+    required = _read(annotations, REQUIRED, prefix)
+    preferred = _read(annotations, PREFERRED, prefix)
+    unconstrained = _unconstrained(_read(annotations, UNCONSTRAINED, prefix))
+    slice_level = _read(annotations, SLICE_REQUIRED, prefix)
+    slice_size = _read(annotations, SLICE_SIZE, prefix)
+    modes = [m for m in (required, preferred, unconstrained) if m is not None]
+    if len(modes) > 1:
+        raise _Refused(
+            f"{' and '.join(field for _, field in modes)}: a pod set asks for one of "
+            "required, preferred or unconstrained"
+        )
+    if (slice_level is None) != (slice_size is None):
+        given, missing = (
+            (slice_level, SLICE_SIZE) if slice_size is None else (slice_size, SLICE_REQUIRED)
+        )
+        assert given is not None
+        raise _Refused(f"{given[1]}: needs {prefix}[{missing.ours}] too (slices need both)")
+    size = 0
+    if slice_size is not None and slice_level is not None:
+        raw, field = slice_size
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+            raise _Refused(f"{field}: {_quoted(raw)} is not a positive whole number")
+        if no_index:
+            raise _Refused(f"{slice_level[1]}: {no_index}")
+        size = int(raw)
+    if not modes and not size:
+        return None
+    if required is not None:
+        mode, level, field = TopologyMode.REQUIRED, _level(required), required[1]
+    elif preferred is not None:
+        mode, level, field = TopologyMode.PREFERRED, _level(preferred), preferred[1]
+    else:
+        # Unconstrained, or slices alone (as in Kueue: only the slices bind the pod set).
+        where = unconstrained or slice_level
+        assert where is not None
+        mode, level, field = TopologyMode.UNCONSTRAINED, "", where[1]
+    return TopologyRequest(
+        mode=mode,
+        level=level,
+        slice_size=size,
+        slice_level=_level(slice_level) if slice_level is not None and size else "",
+        field=field,
+    )
+
+
+def topology_request(
+    annotations: Mapping[str, str], *, prefix: str, no_index: str = ""
+) -> tuple[TopologyRequest | None, str]:
+    """The pod set's request (None when it asks nothing), or the error naming the field.
+
+    ``prefix`` is where the annotations are written in the object (such as
+    ``spec.template.metadata.annotations``).  ``no_index`` says why its members
+    have no index to slice them by ("" when they have one): slices are refused then.
+    """
+    try:
+        return _request(annotations, prefix, no_index), ""
+    except _Refused as refused:
+        return None, str(refused)

@@ -1,0 +1,51 @@
+"""``plan``'s table names the topology domain a gang that asked for one is admitted into."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from queue_controller.cli.render import decisions_table
+from queue_controller.core import Decision, Reason, Snapshot, Verdict
+from tests.plan.harness import plan_json
+
+
+def test_the_table_names_the_domain() -> None:
+    decision = Decision(
+        "fabric/nvl-fits",
+        "nvlink",
+        Verdict.ADMIT,
+        Reason.ADMITTED,
+        "4 members",
+        {"gb200-0004": 1, "gb200-0005": 1},
+        kind="Job",
+        domains={"main": "gb200-block-0/gb200-nvl-1.1"},
+    )
+    plain = Decision(
+        "fabric/anywhere", "nvlink", Verdict.ADMIT, Reason.ADMITTED, "1", {"n": 1}, kind="Job"
+    )
+    console = Console(record=True, width=200)
+    decisions_table([decision, plain], snapshot=Snapshot(), skipped=0, console=console)
+    shown = console.export_text()
+    assert "in gb200-block-0/gb200-nvl-1.1: gb200-0004: 1, gb200-0005: 1" in shown
+    assert "n: 1" in shown
+    assert "in :" not in shown
+
+
+def test_plan_over_a_dump_keeps_gangs_inside_their_domains() -> None:
+    rack_of_3, one_rack, sliced, preferred, unknown = plan_json("topology.yaml")
+    assert (rack_of_3["decision"], rack_of_3["reason"]) == ("Pending", "NoNodeFit")
+    assert rack_of_3["message"] == (
+        "28 nvidia.com/gpu free in total in Topology dc, at most 16 in any one rack "
+        "(topology.queue-controller.io/rack); the gang needs 24 in one rack"
+    )
+    # Kueue's annotation: only r2 holds two whole 8-GPU members.
+    assert one_rack["placement"] == {"r2-n0": 1, "r2-n1": 1}
+    assert one_rack["domains"] == {"main": "b1/r2"}
+    # Slices of two 2-GPU members per node: r1-n1 (8 free) holds both slices.
+    assert sliced["placement"] == {"r1-n1": 4}
+    assert sliced["slices"] == {"main": [{"r1-n1": 2}, {"r1-n1": 2}]}
+    assert preferred["placement"] == {"r1-n0": 1}
+    assert preferred["domains"] == {"main": "b1/r1/r1-n0"}
+    assert unknown["decision"] == "Invalid"
+    assert "'example.com/row' is not a level of Topology dc" in unknown["message"]
+    assert "[queue-controller.io/topology-required]" in unknown["message"]
