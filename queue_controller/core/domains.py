@@ -39,9 +39,9 @@ from queue_controller.core.slices import cut, domain_name
 from queue_controller.core.topology import UNCONSTRAINED, TopologyAsk
 
 if TYPE_CHECKING:
-    from queue_controller.core.fit import _ClassView
+    from queue_controller.core.nodeclasses import ClassView
 
-Choose = Callable[[list["_ClassView"], int], dict[str, int]]
+Choose = Callable[[list["ClassView"], int], dict[str, int]]
 Rank = tuple[object, ...]
 Parts = list[tuple[Domain, dict[str, int]]]
 
@@ -266,7 +266,7 @@ class DomainSearch:
         return most if per_node else total
 
 
-def choose_units(views: Sequence[_ClassView], units: int, k: int) -> dict[str, int]:
+def choose_units(views: Sequence[ClassView], units: int, k: int) -> dict[str, int]:
     """``units`` slices of ``k`` members, each on one node: one node if it holds them
     all (best fit), else the nodes holding the most slices first."""
     options = [

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from queue_controller.core.topology import UNCONSTRAINED
 
 if TYPE_CHECKING:
-    from queue_controller.core.fit import _ClassView, _NodeClass
+    from queue_controller.core.nodeclasses import ClassView, NodeClass
 
-ViewOf = Callable[[int], "_ClassView"]  # class index -> the shape's view of it, current
+ViewOf = Callable[[int], "ClassView"]  # class index -> the shape's view of it, current
 
 
 @dataclass(slots=True, eq=False)
@@ -48,7 +48,7 @@ class Domain:
 class Skeleton:
     """The domains that hold some class a shape may use, by depth."""
 
-    def __init__(self, levels: Sequence[str], classes: Iterable[_NodeClass]) -> None:
+    def __init__(self, levels: Sequence[str], classes: Iterable[NodeClass]) -> None:
         self.root = Domain(0, (), UNCONSTRAINED, None)
         self.domains = [self.root]
         self.by_depth: dict[int, list[Domain]] = {depth: [] for depth in range(len(levels))}
@@ -163,7 +163,7 @@ class Totals:
         """Every node of it empty: taking from it breaks a whole domain."""
         return self.empty[domain.id] == self.nodes[domain.id]
 
-    def views(self, domain: Domain) -> list[_ClassView]:
+    def views(self, domain: Domain) -> list[ClassView]:
         return [self.view_of(index) for index in domain.classes]
 
     def most_on_a_node(self, domain: Domain) -> int:

@@ -36,10 +36,9 @@ nodes it touches and the shapes asked about afterwards.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import attrgetter, floordiv, itemgetter, sub
 from typing import Any
 
@@ -48,107 +47,23 @@ from queue_controller.core.domaintree import Skeleton, Totals
 from queue_controller.core.explain import Scatter, explain_shortfall
 from queue_controller.core.gpuhealth import all_gpus_unhealthy
 from queue_controller.core.model import Node, NodeFacts
+from queue_controller.core.nodeclasses import (
+    ClassShortfall,
+    ClassView,
+    FreeVector,
+    MemberRequest,
+    NodeClass,
+    Rank,
+)
 from queue_controller.core.nodes import exclusion, usable_allocatable
 from queue_controller.core.resources import Resources, is_extended, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Shortfall
 from queue_controller.core.slices import placement_on
 
-FreeVector = tuple[int, ...]
-
-
-@dataclass(slots=True)
-class _Request:
-    """A gang shape translated to the index's dimensions."""
-
-    pairs: tuple[tuple[int, int], ...]  # (dimension, amount), scarcest first
-    dims: Callable[[FreeVector], tuple[int, ...]]
-    amounts: tuple[int, ...]
-    foreign: tuple[int, ...]  # accelerator dimensions the gang does not use
-
-    def fits(self, free: FreeVector) -> int:
-        """Members that fit in ``free``: the tightest resource decides."""
-        # An overcommitted node (free below zero) takes nothing, not "negative members".
-        most: int = min(map(floordiv, self.dims(free), self.amounts))
-        return max(most, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class _ClassShortfall:
-    """Per class, the material of a NoNodeFit message."""
-
-    usable_nodes: int
-    blocked: Mapping[str, int]  # "Insufficient <resource>" -> nodes
-    scarce_free: int  # the gang's scarcest resource, free over all nodes of the class
-    scarce_most: int  # ... and the most of it on any one node
-
-
-Rank = tuple[bool, tuple[int, ...], bool, int]
-
-
-@dataclass(slots=True)
-class _ClassView:
-    """What one gang shape can get from one class, kept current as nodes move."""
-
-    request: _Request
-    node_class: _NodeClass
-    capacity: int
-    # Bucket -> (members each of its nodes takes, > 0; its best-fit rank).
-    fitting: dict[FreeVector, tuple[int, Rank]]
-    hopeless: bool  # not even an empty node of the class takes a member
-    seen: int  # how much of the class's move log is applied
-    shortfall: _ClassShortfall | None = None  # built when a gang is refused
-
-    def rank(self, free: FreeVector) -> Rank:
-        """Best-fit order: the same for any member count, because subtracting the
-        same members from every bucket keeps their order."""
-        node_class = self.node_class
-        return (
-            # Would strand accelerators the gang cannot use.
-            any(free[i] > 0 for i in self.request.foreign if node_class.allocatable[i] > 0),
-            self.request.dims(free),  # least left of the gang's resources, scarcest first
-            free == node_class.allocatable,  # empty nodes last
-            node_class.index,
-        )
-
-    def moved(self, old: FreeVector, new: FreeVector, old_gone: bool) -> None:
-        before = self.fitting[old][0] if old in self.fitting else 0
-        after = self.request.fits(new)
-        self.capacity += after - before
-        if old_gone and before:
-            del self.fitting[old]
-        if after:
-            self.fitting[new] = (after, self.rank(new))
-
-
-@dataclass(slots=True)
-class _NodeClass:
-    index: int
-    sample: Node
-    allocatable: FreeVector
-    buckets: dict[FreeVector, list[str]] = field(default_factory=dict)
-    views: dict[Hashable, _ClassView] = field(default_factory=dict)  # by shape fit key
-    # Every move so far: (old free, new free, whether the old bucket emptied).
-    moves: list[tuple[FreeVector, FreeVector, bool]] = field(default_factory=list)
-
-    def add(self, name: str, free: FreeVector) -> None:
-        insort(self.buckets.setdefault(free, []), name)
-
-    def move(self, name: str, old: FreeVector, new: FreeVector) -> None:
-        names = self.buckets[old]
-        del names[bisect_left(names, name)]
-        old_gone = not names
-        if old_gone:
-            del self.buckets[old]
-        self.add(name, new)
-        self.moves.append((old, new, old_gone))
-
-    def node_count(self) -> int:
-        return sum(map(len, self.buckets.values()))
-
 
 @dataclass(frozen=True, slots=True)
 class _Eligibility:
-    classes: tuple[_NodeClass, ...]
+    classes: tuple[NodeClass, ...]
     excluded: Mapping[str, int]  # exclusion -> node count
 
 
@@ -183,9 +98,9 @@ class EquivalenceIndex:
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
         self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
         label_keys, by_name = _referenced_node_fields(shapes, by_topology=by_topology)
-        self._classes: list[_NodeClass] = []
-        by_key: dict[Hashable, _NodeClass] = {}
-        self._where: dict[str, tuple[_NodeClass, FreeVector]] = {}
+        self._classes: list[NodeClass] = []
+        by_key: dict[Hashable, NodeClass] = {}
+        self._where: dict[str, tuple[NodeClass, FreeVector]] = {}
         # This loop runs over every node at every cycle: it is written for speed.
         empty: Mapping[str, int] = {}
         dims = self._dims
@@ -204,7 +119,7 @@ class EquivalenceIndex:
             )
             node_class = by_key.get(key)
             if node_class is None:
-                node_class = _NodeClass(len(self._classes), node, alloc)
+                node_class = NodeClass(len(self._classes), node, alloc)
                 by_key[key] = node_class
                 self._classes.append(node_class)
             node_used = used.get(node.name, empty)
@@ -212,7 +127,7 @@ class EquivalenceIndex:
             node_class.add(node.name, free)
             self._where[node.name] = (node_class, free)
         self._eligibility: dict[Hashable, _Eligibility] = {}
-        self._requests: dict[Hashable, _Request] = {}
+        self._requests: dict[Hashable, MemberRequest] = {}
         # (shape, members) -> (class move-log lengths when written, message)
         self._messages: dict[tuple[Hashable, int], tuple[tuple[int, ...], str]] = {}
         # Topology: every class that moved, in order (the domain totals catch up from
@@ -228,7 +143,7 @@ class EquivalenceIndex:
         cached = self._eligibility.get(shape.constraint_key)
         if cached is not None:
             return cached
-        classes: list[_NodeClass] = []
+        classes: list[NodeClass] = []
         excluded: Counter[str] = Counter()
         for node_class in self._classes:
             reason = exclusion(node_class.sample, shape.template)
@@ -240,7 +155,7 @@ class EquivalenceIndex:
         self._eligibility[shape.constraint_key] = result
         return result
 
-    def _request(self, shape: GangShape) -> _Request:
+    def _request(self, shape: GangShape) -> MemberRequest:
         cached = self._requests.get(shape.fit_key)
         if cached is not None:
             return cached
@@ -252,7 +167,7 @@ class EquivalenceIndex:
         (first, _), *rest = pairs  # every request holds at least its pod slot
         # itemgetter of one index returns a bare value; the arithmetic wants a tuple.
         dims = itemgetter(*(i for i, _ in pairs)) if rest else (lambda free: (free[first],))
-        request = _Request(
+        request = MemberRequest(
             pairs=pairs,
             dims=dims,
             amounts=tuple(a for _, a in pairs),
@@ -261,7 +176,7 @@ class EquivalenceIndex:
         self._requests[shape.fit_key] = request
         return request
 
-    def _view(self, shape: GangShape, node_class: _NodeClass) -> _ClassView:
+    def _view(self, shape: GangShape, node_class: NodeClass) -> ClassView:
         moves = node_class.moves
         view = node_class.views.get(shape.fit_key)
         if view is not None:
@@ -282,7 +197,7 @@ class EquivalenceIndex:
         # Not even an empty node of the class holds one member (an H100 gang
         # against the MIG pool): nothing to scan, now or later.
         hopeless = any(node_class.allocatable[i] < a for i, a in request.pairs)
-        view = _ClassView(request, node_class, 0, {}, hopeless, len(moves))
+        view = ClassView(request, node_class, 0, {}, hopeless, len(moves))
         if not hopeless:
             get, amounts = request.dims, request.amounts
             for free, names in node_class.buckets.items():
@@ -333,7 +248,7 @@ class EquivalenceIndex:
             if totals is None:
                 classes = self._classes
 
-                def view_of(index: int) -> _ClassView:
+                def view_of(index: int) -> ClassView:
                     return self._view(shape, classes[index])
 
                 totals = Totals(skeleton, view_of, node_slice=node_slice, domain_slice=domain_slice)
@@ -409,7 +324,7 @@ class EquivalenceIndex:
     def _choose(self, shape: GangShape, count: int) -> dict[str, int]:
         return self._choose_in([self._view(shape, c) for c in self._eligible(shape).classes], count)
 
-    def _choose_in(self, views: list[_ClassView], count: int) -> dict[str, int]:
+    def _choose_in(self, views: list[ClassView], count: int) -> dict[str, int]:
         if count <= 0:
             return {}
         # One node holds every member: best fit, in one pass (the common case).
@@ -425,7 +340,7 @@ class EquivalenceIndex:
             return {best[1]: count}
         return self._spread(views, count)
 
-    def _spread(self, views: list[_ClassView], count: int) -> dict[str, int]:
+    def _spread(self, views: list[ClassView], count: int) -> dict[str, int]:
         """A gang larger than any node: fill the biggest nodes, then best-fit the rest."""
         request = views[0].request
         # [rank, members per node, free, names, nodes taken]
@@ -491,7 +406,7 @@ class EquivalenceIndex:
             scatter=Scatter(self._dims[scarce_index], total_free, most_free, scarce_amount),
         )
 
-    def _class_shortfall(self, shape: GangShape, node_class: _NodeClass) -> _ClassShortfall:
+    def _class_shortfall(self, shape: GangShape, node_class: NodeClass) -> ClassShortfall:
         view = self._view(shape, node_class)
         if view.shortfall is not None:
             return view.shortfall
@@ -509,7 +424,7 @@ class EquivalenceIndex:
             spare = max(0, free[scarce])
             total_free += spare * nodes
             most_free = max(most_free, spare)
-        view.shortfall = _ClassShortfall(usable, blocked, total_free, most_free)
+        view.shortfall = ClassShortfall(usable, blocked, total_free, most_free)
         return view.shortfall
 
 
