@@ -111,7 +111,11 @@ def test_topology_gangs_are_decided_as_the_examples_say() -> None:
     assert domain in ("gb200-block-0/gb200-nvl-0.1", "gb200-block-0/gb200-nvl-1.1")
     clique = domain.rsplit("/", 1)[1]
     nodes = {f"gb200-{i:04d}" for i in range(8) if f"gb200-nvl-{i // 4}.1" == clique}
-    assert set(fits.placement) == nodes
+    assert set(fits.placement) <= nodes
+    assert sum(fits.placement.values()) == 3
+    too_big = decisions["fabric/nvl-too-big"]
+    assert "at most 16 in any one gpu.clique" in too_big.message
+    assert "the gang needs 20 in one gpu.clique" in too_big.message
 
 
 def test_the_podgroup_example_is_what_the_controller_writes_for_its_job() -> None:
