@@ -85,6 +85,7 @@ class EquivalenceIndex:
         # hundreds of classes where it had a few, and every such gang would scan them
         # all.  Both indexes take every commit, so they always agree.
         self._fine: EquivalenceIndex | None = None
+        self._by_topology = by_topology
         if not by_topology and any(shape.topology is not None for shape in shapes):
             self._fine = EquivalenceIndex(nodes, used, shapes, by_topology=True)
         nodes = sorted(nodes, key=attrgetter("name"))
@@ -224,6 +225,8 @@ class EquivalenceIndex:
 
     def _place_in_domains(self, shape: GangShape, count: int) -> Placement | Shortfall:
         fine = self._fine or self
+        # Only an index built knowing the shape splits its classes by the shape's levels.
+        assert fine._by_topology, "a topology shape must be among the index's shapes"
         found = fine._search(shape).place(count, fine._moved)
         if isinstance(found, DomainPlacement):
             return Placement(found.nodes, found.domain, found.slices)

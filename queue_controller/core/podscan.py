@@ -4,7 +4,8 @@ It applies the same filters and the same best-fit preference as the
 equivalence index, but with none of its grouping, so it costs
 ``members x nodes`` filter runs per gang.  It exists as the baseline the
 benchmark measures against and as an independent cross-check in the tests;
-the simulator's per-pod policy uses it too.
+the simulator's per-pod policy uses it too.  It ignores topology requests, as a
+per-pod scheduler without topology plugins does: that is the baseline.
 """
 
 from __future__ import annotations
