@@ -113,10 +113,17 @@ def test_domains_and_slices_hold(
             assert len({path(by_name[n], depth) for n in placed}) == 1, (ask, placed)
         if ask.mode is TopologyMode.PREFERRED:
             depth = DEPTH[ask.level]
-            room: Counter[tuple[str, ...]] = Counter()
+            # Room in one domain of the level, in slices when the gang is cut in slices:
+            # members are counted per slice domain, whole slices only.
+            k = ask.slice_size or 1
+            cut = DEPTH[ask.slice_level] if ask.slice_size else 2
+            members: Counter[tuple[str, ...]] = Counter()
             for name, spare in left.items():
-                room[path(by_name[name], depth)] += spare // per_member
-            if max(room.values(), default=0) >= pod_set.count:
+                members[path(by_name[name], max(depth, cut))] += spare // per_member
+            room: Counter[tuple[str, ...]] = Counter()
+            for where, count in members.items():
+                room[where[: depth + 1]] += count // k
+            if max(room.values(), default=0) >= pod_set.count // k:
                 assert len({path(by_name[n], depth) for n in placed}) == 1, (ask, placed, left)
         if ask.slice_size:
             slices = decision.slices["main"]
