@@ -9,7 +9,8 @@ attribute is a runtime error and ``has()`` or ``in`` test for one.
 
 Outcomes:
 
-* a selector that does not parse is an :class:`InvalidSpecError` naming it;
+* a selector that does not parse, or reads a name other than ``device``, is
+  an :class:`InvalidSpecError` naming it;
 * a result that is not a bool is one too (Kubernetes rejects such a selector
   when the object is written; an interpreter without type checking can only
   see it when it runs);
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import celpy
+import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
@@ -160,6 +162,35 @@ class Selector:
 
 _environment: celpy.Environment | None = None
 
+# Macros that bind their first argument as a variable for the rest.
+_BINDING_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+# Type names a selector may use as values (`type(x) == int`).
+_TYPE_NAMES = frozenset(
+    {"bool", "bytes", "double", "duration", "int", "list", "map", "null_type", "string"}
+    | {"timestamp", "type", "uint"}
+)
+
+
+def _undeclared(tree: lark.Tree[lark.Token]) -> list[str]:
+    """Names the expression reads that are not declared.
+
+    Kubernetes type-checks a selector against its one variable, ``device``, so
+    ``devce.driver`` is rejected when the object is written; cel-python does
+    not check, and would fail it on every device at run time instead.
+    """
+    bound: set[str] = set()
+    for call in tree.find_data("member_dot_arg"):
+        if len(call.children) == 3 and str(call.children[1]) in _BINDING_MACROS:
+            arguments = call.children[2]
+            first = arguments.children[0] if isinstance(arguments, lark.Tree) else None
+            if isinstance(first, lark.Tree):
+                leaves = list(first.scan_values(lambda v: isinstance(v, lark.Token)))
+                if len(leaves) == 1:  # a bare name, `x` of `l.all(x, x > 1)`
+                    bound.add(str(leaves[0]))
+    names = [str(node.children[0]) for node in tree.find_data("ident")]
+    allowed = {"device"} | bound | _TYPE_NAMES
+    return sorted({name for name in names if name not in allowed})
+
 
 def compile_selector(expression: str) -> Selector:
     """Parse a selector; :class:`InvalidSpecError` naming it and the place if it does not parse."""
@@ -176,6 +207,12 @@ def compile_selector(expression: str) -> Selector:
         raise InvalidSpecError(
             f"selector {expression!r} does not parse ({why} at {where}):\n{error.args[0]}"
         ) from None
+    unknown = _undeclared(tree)
+    if unknown:
+        raise InvalidSpecError(
+            f"selector {expression!r} reads {', '.join(map(repr, unknown))}, which "
+            "is not declared (a selector has one variable, device)"
+        )
     return Selector(expression, _environment.program(tree, functions=FUNCTIONS))
 
 

@@ -209,6 +209,17 @@ def test_a_selector_that_does_not_parse_is_an_invalid_spec_naming_it() -> None:
         matching([], GPU_CLASS, request('device.attributes["x"].'), SelectorCache())
 
 
+def test_a_selector_reading_an_undeclared_name_is_an_invalid_spec() -> None:
+    with pytest.raises(InvalidSpecError, match=r"reads 'devce', which is not declared"):
+        compile_selector('devce.driver == "gpu.nvidia.com"')
+    with pytest.raises(InvalidSpecError, match=r"reads 'y'"):
+        compile_selector(f'device.attributes["{NV}"].index.exists(x, x == y)')
+    # Names bound by a macro, and type names, are declared.
+    list_macro = "[1, 2].all(i, i > 0) && [3].exists_one(j, j == 3)"
+    assert compile_selector(list_macro).evaluate(H100).matches
+    assert compile_selector("type(device.driver) == string").evaluate(H100).matches
+
+
 def test_a_selector_that_is_not_a_bool_is_an_invalid_spec() -> None:
     with pytest.raises(
         InvalidSpecError, match=r"'device.driver' must evaluate to bool, not string"
