@@ -32,6 +32,7 @@ KUBERNETES_KOPF = (
     "Only the gateway, the credentials, the kopf wiring and leader election import "
     "kubernetes or kopf"
 )
+CEL_CONTAINED = "Only the DRA selector modules import the CEL interpreter"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ BREAKS = {
         KUBERNETES_KOPF, "queue_controller/kube/snapshot.py", "from kubernetes import client"
     ),
     "agent-imports-kopf": Break(KUBERNETES_KOPF, "queue_controller/agent/loop.py", "import kopf"),
+    "dra-model-imports-celpy": Break(
+        CEL_CONTAINED, "queue_controller/core/dra.py", "from celpy import celtypes"
+    ),
 }
 
 
