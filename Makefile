@@ -57,8 +57,8 @@ cluster-test: $(STAMP) cluster-build  ## Smoke tests on the real local control p
 cluster-build:  ## Build the control plane from pinned Go modules (only when a pin changes)
 	deploy/local-cluster/build.sh
 
-cluster-up: $(STAMP) cluster-build  ## Start the local GPU cluster; SIZE="h100=800 l4=50" resizes pools
-	$(BIN)/queue-controller local-cluster up $(foreach s,$(SIZE),--size $(s))
+cluster-up: $(STAMP) cluster-build  ## Start the local GPU cluster; SIZE="h100=800 l4=50" resizes pools; DRA=0 publishes no ResourceSlices
+	$(BIN)/queue-controller local-cluster up $(foreach s,$(SIZE),--size $(s)) $(if $(filter 0,$(DRA)),--no-dra)
 
 cluster-down: $(STAMP)  ## Stop the local cluster and remove its state
 	$(BIN)/queue-controller local-cluster down

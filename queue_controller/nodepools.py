@@ -167,9 +167,13 @@ class Gpu(_Strict):
             return {name: self.count * self.sharing.replicas}
         return {"nvidia.com/gpu": self.count}
 
+    def compute_capability(self) -> str:
+        """CUDA compute capability, such as ``9.0`` ("0.0" for a family we do not know)."""
+        return _COMPUTE_CAPABILITY.get(self.family, "0.0")
+
     def labels(self) -> dict[str, str]:
         """GPU Feature Discovery labels, as GFD writes them."""
-        major, minor = _COMPUTE_CAPABILITY.get(self.family, "0.0").split(".")
+        major, minor = self.compute_capability().split(".")
         product = self.product
         if self.sharing is not None and not self.sharing.renameByDefault:
             product += "-SHARED"
@@ -249,6 +253,10 @@ class Pool(_Strict):
                 raise ValueError(f"{field}: {error}") from None
         return self
 
+    def node_name(self, index: int) -> str:
+        """The name of the pool's node number ``index``."""
+        return f"{self.name}-{index:04d}"
+
     def allocatable(self) -> dict[str, str]:
         out = {
             "cpu": self.cpu,
@@ -295,7 +303,7 @@ class NodePools(_Strict):
             if pool.gpu is not None:
                 labels |= pool.gpu.labels()
             for i in range(pool.count):
-                name = f"{pool.name}-{i:04d}"
+                name = pool.node_name(i)
                 placed = pool.topology.labels(pool.name, i) if pool.topology else {}
                 node: dict[str, Any] = {
                     "apiVersion": "v1",

@@ -82,6 +82,13 @@ def local_cluster() -> None:
     help="Override a pool's node count (repeatable): --size h100=800 --size l4=50.",
 )
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--dra/--no-dra",
+    default=True,
+    show_default=True,
+    help="Publish each GPU node's devices as a ResourceSlice of gpu.nvidia.com, "
+    "with DeviceClasses gpu.nvidia.com and mig.nvidia.com (see deploy/local-cluster/DRA.md).",
+)
 def up(
     bin_dir: Path,
     state_dir: Path,
@@ -89,13 +96,16 @@ def up(
     node_file: Path,
     sizes: tuple[str, ...],
     timeout: float,
+    dra: bool,
 ) -> None:
     """Start the cluster and wait until every fake node is Ready.
 
     A second `up` while a cluster runs says so and starts nothing.
     """
     pools = nodepools.load(node_file).resized(_sizes(sizes))
-    LocalCluster(_layout(bin_dir, state_dir, stages), report=click.echo).up(pools, timeout=timeout)
+    LocalCluster(_layout(bin_dir, state_dir, stages), report=click.echo).up(
+        pools, timeout=timeout, dra=dra
+    )
 
 
 @local_cluster.command()
