@@ -21,10 +21,10 @@ class GangShape:
     template: PodTemplate  # where members may go
     constraint_key: Hashable  # equal keys: identical node eligibility
     key: Hashable  # equal keys: identical members, kept together alike
-    topology: TopologyAsk | None = None  # None: placed without regard to domains
     # Equal fit keys: identical members, wherever they are kept (the key without the
     # topology).  What a node holds for a member depends on nothing else.
-    fit_key: Hashable = None
+    fit_key: Hashable
+    topology: TopologyAsk | None = None  # None: placed without regard to domains
 
 
 def shape_of(
