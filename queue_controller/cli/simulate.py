@@ -362,7 +362,7 @@ def simulate(
             "foreign_pods_per_hour": foreign_pods_per_hour,
         },
     )
-    from queue_controller.sim.setup import build_scenario
+    from queue_controller.sim.setup import build_scenario, with_topology
 
     scenario = build_scenario(
         bundled=bundled,
@@ -374,8 +374,8 @@ def simulate(
         arrival_rate_per_hour=arrival_rate_per_hour,
         max_gang_gpus=max_gang_gpus,
         reshape=_given(ctx, "arrival_rate_per_hour") or _given(ctx, "max_gang_gpus"),
-        topology=topology,
     )
+    scenario = with_topology(scenario, topology, seed=seed)
     from queue_controller.journal.database import parse_url
     from queue_controller.sim.engine import simulate as run_simulation
     from queue_controller.sim.report import report_json, summary_table, write_report

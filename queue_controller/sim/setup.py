@@ -9,6 +9,18 @@ from pathlib import Path
 from queue_controller.sim.scenario import Scenario
 
 
+def with_topology(scenario: Scenario, topology: str | None, *, seed: int) -> Scenario:
+    """``scenario`` with the ``--topology`` file's Topologies and requests over it, if one
+    is given (``bundled``: the one that goes with the bundled cluster)."""
+    if topology is None:
+        return scenario
+    from queue_controller.sim import topologyspec
+
+    path = topologyspec.bundled_file() if topology == "bundled" else Path(topology)
+    where = "bundled sim-topology.yaml" if topology == "bundled" else topology
+    return topologyspec.apply(topologyspec.load(path), scenario, seed=seed, where=where)
+
+
 def build_scenario(
     *,
     bundled: bool,
@@ -20,43 +32,9 @@ def build_scenario(
     arrival_rate_per_hour: float | None,
     max_gang_gpus: int,
     reshape: bool,
-    topology: str | None = None,
 ) -> Scenario:
     """The scenario that `simulate`'s options describe: bundled (reshaped if asked),
-    from files with a trace, or from files with a generated workload; with the
-    ``--topology`` file's Topologies and requests over it, if one is given."""
-    scenario = _without_topology(
-        bundled=bundled,
-        cluster=cluster,
-        queues=queues,
-        trace=trace,
-        seed=seed,
-        jobs=jobs,
-        arrival_rate_per_hour=arrival_rate_per_hour,
-        max_gang_gpus=max_gang_gpus,
-        reshape=reshape,
-    )
-    if topology is None:
-        return scenario
-    from queue_controller.sim import topologyspec
-
-    path = topologyspec.bundled_file() if topology == "bundled" else Path(topology)
-    where = "bundled sim-topology.yaml" if topology == "bundled" else topology
-    return topologyspec.apply(topologyspec.load(path), scenario, seed=seed, where=where)
-
-
-def _without_topology(
-    *,
-    bundled: bool,
-    cluster: Path | None,
-    queues: Sequence[Path],
-    trace: Path | None,
-    seed: int,
-    jobs: int,
-    arrival_rate_per_hour: float | None,
-    max_gang_gpus: int,
-    reshape: bool,
-) -> Scenario:
+    from files with a trace, or from files with a generated workload."""
     # Imported late: --help and argument errors should not pay for the simulator.
     from queue_controller.sim.generate import WorkloadShape, bundled_scenario, generate_workload
     from queue_controller.sim.inputs import load_cluster, load_queues, load_scenario
