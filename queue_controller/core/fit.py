@@ -45,8 +45,7 @@ from typing import Any
 from queue_controller.core.domains import DomainPlacement, DomainSearch
 from queue_controller.core.domaintree import Skeleton, Totals
 from queue_controller.core.explain import Scatter, explain_shortfall
-from queue_controller.core.gpuhealth import all_gpus_unhealthy
-from queue_controller.core.model import Node, NodeFacts
+from queue_controller.core.model import Node
 from queue_controller.core.nodeclasses import (
     ClassShortfall,
     ClassView,
@@ -54,8 +53,10 @@ from queue_controller.core.nodeclasses import (
     MemberRequest,
     NodeClass,
     Rank,
+    node_facts,
+    referenced_node_fields,
 )
-from queue_controller.core.nodes import exclusion, usable_allocatable
+from queue_controller.core.nodes import exclusion
 from queue_controller.core.resources import Resources, is_extended, scarcity_rank
 from queue_controller.core.shapes import GangShape, Placement, Shortfall
 from queue_controller.core.slices import placement_on
@@ -89,7 +90,7 @@ class EquivalenceIndex:
         if not by_topology and any(shape.topology is not None for shape in shapes):
             self._fine = EquivalenceIndex(nodes, used, shapes, by_topology=True)
         nodes = sorted(nodes, key=attrgetter("name"))
-        all_facts = [_facts(node) for node in nodes]
+        all_facts = [node_facts(node) for node in nodes]
         # The gangs' resources, and every accelerator a node offers: whether a node
         # strands accelerators a gang does not use must not depend on which other
         # gangs happen to be pending in the cycle.
@@ -98,7 +99,7 @@ class EquivalenceIndex:
         self._dims: tuple[str, ...] = tuple(sorted(names, key=scarcity_rank))
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
         self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
-        label_keys, by_name = _referenced_node_fields(shapes, by_topology=by_topology)
+        label_keys, by_name = referenced_node_fields(shapes, by_topology=by_topology)
         self._classes: list[NodeClass] = []
         by_key: dict[Hashable, NodeClass] = {}
         self._where: dict[str, tuple[NodeClass, FreeVector]] = {}
@@ -429,36 +430,3 @@ class EquivalenceIndex:
             most_free = max(most_free, spare)
         view.shortfall = ClassShortfall(usable, blocked, total_free, most_free)
         return view.shortfall
-
-
-def _facts(node: Node) -> NodeFacts:
-    """What the index reads of a node, computed once per Node object."""
-    facts = node._facts
-    if facts is None:
-        facts = (
-            node.conditions.get("Ready"),
-            node.unschedulable,
-            tuple(sorted(set(node.taints), key=repr)) if node.taints else (),
-            usable_allocatable(node),
-            all_gpus_unhealthy(node),
-        )
-        object.__setattr__(node, "_facts", facts)
-    return facts
-
-
-def _referenced_node_fields(
-    shapes: Iterable[GangShape], *, by_topology: bool
-) -> tuple[tuple[str, ...], bool]:
-    """Label keys any gang selects on or keeps inside domains of, and whether any
-    selects on the node name."""
-    keys: set[str] = set()
-    by_name = False
-    for shape in shapes:
-        if by_topology and shape.topology is not None:
-            # Every class then lies inside one domain at every level.
-            keys.update(shape.topology.levels)
-        keys.update(shape.template.node_selector)
-        for term in shape.template.required_affinity or ():
-            keys.update(r.key for r in term.match_expressions)
-            by_name = by_name or bool(term.match_fields)
-    return tuple(sorted(keys)), by_name

@@ -3,17 +3,21 @@
 A *class* is nodes alike in everything a pending gang can ask about; inside it,
 nodes with the same free capacity share a *bucket*.  A *view* is what one gang
 shape (its fit key) gets from one class, patched as nodes move between buckets
-(see :mod:`.fit` for why).
+(see :mod:`.fit` for why), and what a class is keyed by: the facts read off each
+node, and the labels some gang selects on or keeps inside domains of.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import floordiv
 
-from queue_controller.core.model import Node
+from queue_controller.core.gpuhealth import all_gpus_unhealthy
+from queue_controller.core.model import Node, NodeFacts
+from queue_controller.core.nodes import usable_allocatable
+from queue_controller.core.shapes import GangShape
 
 FreeVector = tuple[int, ...]
 
@@ -106,3 +110,36 @@ class NodeClass:
 
     def node_count(self) -> int:
         return sum(map(len, self.buckets.values()))
+
+
+def node_facts(node: Node) -> NodeFacts:
+    """What the index reads of a node, computed once per Node object."""
+    facts = node._facts
+    if facts is None:
+        facts = (
+            node.conditions.get("Ready"),
+            node.unschedulable,
+            tuple(sorted(set(node.taints), key=repr)) if node.taints else (),
+            usable_allocatable(node),
+            all_gpus_unhealthy(node),
+        )
+        object.__setattr__(node, "_facts", facts)
+    return facts
+
+
+def referenced_node_fields(
+    shapes: Iterable[GangShape], *, by_topology: bool
+) -> tuple[tuple[str, ...], bool]:
+    """Label keys any gang selects on or keeps inside domains of, and whether any
+    selects on the node name."""
+    keys: set[str] = set()
+    by_name = False
+    for shape in shapes:
+        if by_topology and shape.topology is not None:
+            # Every class then lies inside one domain at every level.
+            keys.update(shape.topology.levels)
+        keys.update(shape.template.node_selector)
+        for term in shape.template.required_affinity or ():
+            keys.update(r.key for r in term.match_expressions)
+            by_name = by_name or bool(term.match_fields)
+    return tuple(sorted(keys)), by_name
