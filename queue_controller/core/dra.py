@@ -167,3 +167,53 @@ class DeviceRequest:
     all_devices: bool = False
     selectors: tuple[str, ...] = ()
     alternatives: tuple[DeviceRequest, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    """A ResourceSlice: devices of one driver's pool, on one node.
+
+    ``node`` is ``spec.nodeName``; empty for a slice that is not bound to one node
+    (``allNodes`` or a ``nodeSelector``: network-attached devices), which
+    placement does not use.
+    """
+
+    name: str
+    driver: str
+    pool: str
+    node: str
+    devices: tuple[Device, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One result of a claim's ``status.allocation.devices.results``."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaim:
+    """A ResourceClaim: what it asks, and what the allocator gave it.
+
+    ``reserved_for`` names the pods (``namespace/name``) in ``status.reservedFor``:
+    the devices it holds are theirs, and so their gang's.
+    """
+
+    namespace: str
+    name: str
+    requests: tuple[DeviceRequest, ...] = ()
+    allocated: tuple[AllocatedDevice, ...] = ()
+    reserved_for: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTemplate:
+    """A ResourceClaimTemplate: each pod that names it gets a claim of these requests."""
+
+    namespace: str
+    name: str
+    requests: tuple[DeviceRequest, ...] = ()

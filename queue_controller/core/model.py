@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from queue_controller.core.quantity import QuantityInput
 from queue_controller.core.resources import Resources
+
+if TYPE_CHECKING:  # dra imports this module: its types are named only in annotations
+    from queue_controller.core.dra import ClaimTemplate, DeviceClass, ResourceClaim, ResourceSlice
 
 
 def _items(mapping: Mapping[str, object]) -> frozenset[tuple[str, object]]:
@@ -68,6 +72,19 @@ class Container:
 
 
 @dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of a pod's ``spec.resourceClaims``: a DRA claim it uses, by either name.
+
+    ``claim_name`` is an existing ResourceClaim (it may be shared by many pods);
+    ``template_name`` a ResourceClaimTemplate, from which each pod gets its own.
+    """
+
+    name: str
+    claim_name: str = ""
+    template_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class PodTemplate:
     containers: tuple[Container, ...]
     init_containers: tuple[Container, ...] = ()
@@ -77,6 +94,7 @@ class PodTemplate:
     required_affinity: tuple[NodeSelectorTerm, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
     priority_class_name: str = ""
+    resource_claims: tuple[PodClaim, ...] = ()  # DRA claims its pods use
     # The hash, computed once: every cycle looks up every pending gang's request by it.
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -96,6 +114,7 @@ class PodTemplate:
                 self.required_affinity,
                 self.tolerations,
                 self.priority_class_name,
+                self.resource_claims,
             )
         )
 
@@ -406,3 +425,8 @@ class Snapshot:
     now: float = 0.0
     cohorts: tuple[Cohort, ...] = ()
     topologies: tuple[Topology, ...] = ()
+    # Dynamic Resource Allocation (resource.k8s.io/v1), see core/dra.py.
+    device_classes: tuple[DeviceClass, ...] = ()
+    resource_slices: tuple[ResourceSlice, ...] = ()
+    resource_claims: tuple[ResourceClaim, ...] = ()
+    claim_templates: tuple[ClaimTemplate, ...] = ()
