@@ -22,7 +22,7 @@ by every member; it is charged once per gang.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from queue_controller.core.devicedims import ONE, DeviceDims, DimKind
@@ -56,7 +56,9 @@ class Entry:
     matchers: tuple[int, ...]
     counts: tuple[int, ...]  # devices per matcher (REQUEST: one; FIRST: per alternative)
     label: str  # for messages: which claim and request
-    quota: tuple[str, int]  # (quota resource, devices) charged per member
+    # (quota resource, devices) charged per member; None for a shared claim's
+    # requests, which are charged once per gang instead.
+    quota: tuple[str, int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +133,14 @@ class DeviceCatalog:
                 )
             source = f"ResourceClaim {claim.name}"
             claimed = self._entries(claim, source, where)
-            shared[f"{namespace}/{claim.name}"] = tuple(e.quota for e in claimed)
-            if not claim.allocated:  # an allocated claim's devices are already held
-                entries.extend(claimed)
+            shared[f"{namespace}/{claim.name}"] = tuple(e.quota for e in claimed if e.quota)
+            # An allocated claim's devices are held already.  One that is not is
+            # asked of every member's node.  The allocator puts it on the node of the
+            # first member scheduled, so members that share it must share that node
+            # too: that is for the gang to ask (a required hostname topology); the
+            # README says so.
+            if not claim.allocated:
+                entries.extend(replace(e, quota=None) for e in claimed)
         return PodAsk(tuple(entries), shared)
 
     def _entries(
@@ -255,10 +262,11 @@ class DeviceCatalog:
         quota: dict[str, int] = {}
         counted: list[tuple[int, int, str]] = []
         for entry in ask.entries:
-            resource, devices = entry.quota
-            if entry.kind is DimKind.ALL:
-                devices = self._most_matching(entry.matchers[0])
-            quota[resource] = quota.get(resource, 0) + devices * ONE
+            if entry.quota is not None:
+                resource, devices = entry.quota
+                if entry.kind is DimKind.ALL:
+                    devices = self._most_matching(entry.matchers[0])
+                quota[resource] = quota.get(resource, 0) + devices * ONE
             if entry.kind is DimKind.REQUEST:
                 counted.append((entry.matchers[0], entry.counts[0], entry.label))
                 continue
