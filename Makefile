@@ -66,9 +66,10 @@ cluster-down: $(STAMP)  ## Stop the local cluster and remove its state
 cluster-status: $(STAMP)
 	$(BIN)/queue-controller local-cluster status
 
-bench: $(STAMP)  ## Admission-cycle benchmarks: fast engine against the naive one; with topology against without
+bench: $(STAMP)  ## Admission-cycle benchmarks: fast engine against the naive one; with topology against without; DRA claims against nvidia.com/gpu
 	$(BIN)/python -m tests.bench.bench_cycle
 	$(BIN)/python -m tests.bench.bench_topology
+	$(BIN)/python -m tests.bench.bench_dra
 
 bench-sim: $(STAMP)  ## Simulator benchmark: bundled 5,000 jobs, and 20,000 jobs on 500 nodes
 	$(BIN)/python -m tests.bench.bench_simulate

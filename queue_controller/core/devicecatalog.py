@@ -33,7 +33,7 @@ from queue_controller.core.dra import (
     ResourceClaim,
 )
 from queue_controller.core.dracel import DEFAULT_CACHE, SelectorCache
-from queue_controller.core.model import BoundPod, Node, PodTemplate, Snapshot
+from queue_controller.core.model import BoundPod, Node, PodClaim, Snapshot
 from queue_controller.core.prepared import Usage
 from queue_controller.core.requests import InvalidSpecError
 
@@ -87,7 +87,9 @@ class DeviceCatalog:
         self._templates = {(t.namespace, t.name): t for t in snapshot.claim_templates}
         self._claims = {(c.namespace, c.name): c for c in snapshot.resource_claims}
         self._matchers: dict[Matcher, int] = {}
-        self._asks: dict[tuple[PodTemplate, str], PodAsk] = {}
+        self._asks: dict[tuple[tuple[PodClaim, ...], str], PodAsk] = {}
+        # By the identity of an ask in _asks (which keeps it alive).
+        self._devices_of: dict[int, PodDevices] = {}
         self.dims: DeviceDims | None = None
         self._node_devices = _offered(snapshot)
         self._held = _held(snapshot)
@@ -101,18 +103,21 @@ class DeviceCatalog:
 
     # -- reading what pods ask -------------------------------------------------
 
-    def ask(self, template: PodTemplate, namespace: str) -> PodAsk:
-        """The devices one pod of ``template`` asks for; InvalidSpecError naming the claim."""
-        key = (template, namespace)
+    def ask(self, claims: tuple[PodClaim, ...], namespace: str) -> PodAsk:
+        """The devices one pod with ``claims`` (its spec.resourceClaims) asks for.
+
+        InvalidSpecError, naming the claim, when one cannot be read.
+        """
+        key = (claims, namespace)
         found = self._asks.get(key)
         if found is None:
-            found = self._asks[key] = self._read(template, namespace)
+            found = self._asks[key] = self._read(claims, namespace)
         return found
 
-    def _read(self, template: PodTemplate, namespace: str) -> PodAsk:
+    def _read(self, claims: tuple[PodClaim, ...], namespace: str) -> PodAsk:
         entries: list[Entry] = []
         shared: dict[str, tuple[tuple[str, int], ...]] = {}
-        for index, pod_claim in enumerate(template.resource_claims):
+        for index, pod_claim in enumerate(claims):
             where = f"resourceClaims[{index}]"
             if pod_claim.template_name:
                 claim_template = self._templates.get((namespace, pod_claim.template_name))
@@ -255,6 +260,13 @@ class DeviceCatalog:
         return frozenset(matched)
 
     def devices_of(self, ask: PodAsk) -> PodDevices:
+        """The ask as dimensions and quota charges; asks are few, gangs many."""
+        found = self._devices_of.get(id(ask))
+        if found is None:
+            found = self._devices_of[id(ask)] = self._dimensions(ask)
+        return found
+
+    def _dimensions(self, ask: PodAsk) -> PodDevices:
         dims = self.dims
         assert dims is not None, "settle() first"
         request: dict[str, int] = {}

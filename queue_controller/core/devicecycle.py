@@ -27,52 +27,66 @@ from queue_controller.core.requests import InvalidSpecError
 
 def with_devices(catalog: DeviceCatalog, prepared: list[Prepared]) -> list[Prepared]:
     """Every prepared workload, its requests and quota charge including its devices."""
-    asks: dict[int, list[PodAsk | None]] = {}
+    asks: dict[int, tuple[PodAsk | None, ...]] = {}
     out = list(prepared)
     for position, p in enumerate(prepared):
         if p.error or not p.requests:
             continue
         if not any(s.template.resource_claims for s in p.workload.pod_sets):
             continue
-        try:
-            namespace = p.workload.namespace
-            asks[position] = [
-                catalog.ask(s.template, namespace) if s.template.resource_claims else None
-                for s in p.workload.pod_sets
-            ]
-        except InvalidSpecError as error:
-            out[position] = _invalid(p, error)
+        collected: list[PodAsk | None] = []
+        for pod_set in p.workload.pod_sets:
+            claims = pod_set.template.resource_claims
+            try:
+                collected.append(catalog.ask(claims, p.workload.namespace) if claims else None)
+            except InvalidSpecError as error:
+                out[position] = _invalid(p, pod_set.path, error)
+                break
+        else:
+            asks[position] = tuple(collected)
     catalog.settle()
+    # Gangs are many and their claims few: what a pod set's ask adds is worked out once.
+    charges: dict[tuple[int, ...], tuple[dict[str, int], tuple[Mapping[str, str], ...]]] = {}
     for position, per_set in asks.items():
         p = out[position]
-        requests: list[Mapping[str, int]] = []
-        labels: list[Mapping[str, str]] = []
-        quota: dict[str, int] = {}
-        shared: dict[str, dict[str, int]] = {}
-        for pod_set, request, ask in zip(p.workload.pod_sets, p.requests, per_set, strict=True):
-            if ask is None:
-                requests.append(request)
-                labels.append({})
-                continue
-            devices = catalog.devices_of(ask)
-            requests.append({**request, **devices.request})
-            labels.append(dict(devices.labels))
-            for resource, amount in devices.quota.items():
-                quota[resource] = quota.get(resource, 0) + amount * pod_set.count
-            shared.update({key: dict(charges) for key, charges in devices.shared.items()})
-        for charges in shared.values():  # a claim shared by members is charged once
-            for resource, amount in charges.items():
-                quota[resource] = quota.get(resource, 0) + amount
-        out[position] = replace(
-            p, requests=tuple(requests), device_quota=quota, labels=tuple(labels)
+        counts = tuple(s.count for s in p.workload.pod_sets)
+        key = (*map(id, per_set), *counts)
+        found = charges.get(key)
+        if found is None:
+            found = charges[key] = _charges(catalog, per_set, counts)
+        quota, labels = found
+        requests = tuple(
+            request if ask is None else {**request, **catalog.devices_of(ask).request}
+            for request, ask in zip(p.requests, per_set, strict=True)
         )
+        out[position] = Prepared(p.workload, p.priority, requests, "", quota, labels)
     return out
 
 
-def _invalid(p: Prepared, error: InvalidSpecError) -> Prepared:
-    # Which pod set's claim it was is in the field ("resourceClaims[0]..."); the
-    # template path says where that list is written.
-    path = next((s.path for s in p.workload.pod_sets if s.template.resource_claims), "")
+def _charges(
+    catalog: DeviceCatalog, per_set: tuple[PodAsk | None, ...], counts: tuple[int, ...]
+) -> tuple[dict[str, int], tuple[Mapping[str, str], ...]]:
+    """What the pod sets' devices charge the quota, and the labels of their dimensions."""
+    quota: dict[str, int] = {}
+    shared: dict[str, Mapping[str, int]] = {}
+    labels: list[Mapping[str, str]] = []
+    for ask, count in zip(per_set, counts, strict=True):
+        if ask is None:
+            labels.append({})
+            continue
+        devices = catalog.devices_of(ask)
+        labels.append(devices.labels)
+        for resource, amount in devices.quota.items():
+            quota[resource] = quota.get(resource, 0) + amount * count
+        shared.update(devices.shared)
+    for amounts in shared.values():  # a claim shared by members is charged once
+        for resource, amount in amounts.items():
+            quota[resource] = quota.get(resource, 0) + amount
+    return quota, tuple(labels)
+
+
+def _invalid(p: Prepared, path: str, error: InvalidSpecError) -> Prepared:
+    # The field names the claim ("resourceClaims[0]..."); the path, where that list is.
     where = f"{path}.{error.field}" if path and error.field else error.field or path
     message = f"{where}: {error.detail}" if where else error.detail
     return replace(p, requests=(), error=message)

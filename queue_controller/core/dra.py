@@ -93,6 +93,16 @@ class Device:
         """
         if names is None:
             return self.equivalence_key
+        # Kept per set of names: a cycle projects every device on one set, and the
+        # next cycle, reading the same objects, on the same set again.
+        cache: dict[frozenset[str], tuple[object, ...]] = self.__dict__.setdefault(
+            "_projections", {}
+        )
+        found = cache.get(names)
+        if found is not None:
+            return found
+        if len(cache) > 8:
+            cache.clear()
         typed = {
             domain: {n: (type(v).__name__, v) for n, v in inner.items() if n in names}
             for domain, inner in self.attributes.items()
@@ -101,7 +111,9 @@ class Device:
             domain: {n: v for n, v in inner.items() if n in names}
             for domain, inner in self.capacity.items()
         }
-        return (self.driver, self.allow_multiple_allocations, _freeze(typed), _freeze(capacity))
+        key = (self.driver, self.allow_multiple_allocations, _freeze(typed), _freeze(capacity))
+        cache[names] = key
+        return key
 
     @classmethod
     def from_slice(
