@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queue_controller.controller.state import slim_pod
+from queue_controller.controller.handlers import feed
+from queue_controller.controller.state import ClusterState, slim_pod
 from queue_controller.core.dra import (
     AllocatedDevice,
     ClaimTemplate,
@@ -754,3 +755,35 @@ def test_a_bad_dra_object_fails_plan_naming_its_document_and_field_or_is_skipped
     snapshot = translate(located, now=0.0, skip=skipped.append).snapshot
     assert snapshot.claim_templates == ()
     assert [e.field for e in skipped] == ["spec.spec.devices.requests[0].exactly.count"]
+
+
+# -- the controller's state ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resource", "body"),
+    [
+        (resources.RESOURCE_SLICE, h100_slice()),
+        (resources.RESOURCE_CLAIM, claim_body([{"name": "gpus", "exactly": exactly()}])),
+        (resources.DEVICE_CLASS, devices.device_class("gpu.nvidia.com", "gpu")),
+        (
+            resources.RESOURCE_CLAIM_TEMPLATE,
+            template_body([{"name": "gpus", "exactly": exactly()}]),
+        ),
+    ],
+)
+def test_a_dra_watch_event_wakes_the_cycle_as_a_pod_event_does(
+    resource: resources.Resource, body: dict[str, Any]
+) -> None:
+    state = ClusterState()
+    raw = {k: v for k, v in body.items() if k not in ("kind", "apiVersion")}  # as kopf gives it
+    feed(state, resource, "ADDED", raw)
+    assert state.changed.is_set()
+    key = (resource.kind, raw["metadata"].get("namespace", ""), raw["metadata"]["name"])
+    held = state.get(*key)
+    assert held is not None
+    assert (held["apiVersion"], held["kind"]) == (API, resource.kind)
+    state.changed.clear()
+    feed(state, resource, "DELETED", raw)
+    assert state.changed.is_set()
+    assert state.get(*key) is None
