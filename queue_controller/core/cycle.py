@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from queue_controller.core.decisions import Decision, Reason, Verdict, decision_for
+from queue_controller.core.devicecatalog import DeviceCatalog
+from queue_controller.core.devicecycle import settle_usage, with_devices
 from queue_controller.core.explain import count_of
 from queue_controller.core.fairshare import FairShares, FairTurns
 from queue_controller.core.fit import EquivalenceIndex
@@ -61,6 +63,10 @@ class _Cycle(PreemptingCycle):
             for w in snapshot.workloads
             if w.phase is not WorkloadPhase.FINISHED
         ]
+        # DRA: claims read, devices signed, requests completed; None without DRA.
+        devices = DeviceCatalog(snapshot) if DeviceCatalog.wanted(snapshot) else None
+        if devices is not None:
+            prepared = with_devices(devices, prepared)
         admitted = [p for p in prepared if p.workload.phase is WorkloadPhase.ADMITTED]
         self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted))
         self.pending = sorted(
@@ -78,7 +84,9 @@ class _Cycle(PreemptingCycle):
                 continue
             sets = []
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
-            for pod_set, request in zip(p.workload.pod_sets, p.requests, strict=True):
+            for index, (pod_set, request) in enumerate(
+                zip(p.workload.pod_sets, p.requests, strict=True)
+            ):
                 ask = None
                 if pod_set.topology is not None and queue is not None:
                     several = len(p.workload.pod_sets) > 1
@@ -104,16 +112,27 @@ class _Cycle(PreemptingCycle):
                         self.refused.setdefault(p.workload.key, resolved)
                         continue
                     ask = resolved
-                memo = (pod_set.template, tuple(sorted(request.items())), ask)
+                labels = p.labels[index] if p.labels else {}
+                memo = (pod_set.template, tuple(sorted(request.items())), ask, p.workload.namespace)
                 shape = by_template.get(memo)
                 if shape is None:
-                    shape = by_template[memo] = shape_of(pod_set.template, request, ask)
+                    shape = by_template[memo] = shape_of(
+                        pod_set.template,
+                        request,
+                        ask,
+                        devices=devices.dims if devices is not None else None,
+                        labels=labels,
+                    )
                 sets.append(SetShape(pod_set, shape))
             if p.workload.key not in self.refused:
                 self.shapes[p.workload.key] = tuple(sets)
         used, self.held = node_usage(snapshot.pods, admitted)
+        nodes: Sequence[Node] = snapshot.nodes
+        if devices is not None:
+            settle_usage(devices, used, self.held, snapshot.pods)
+            nodes = devices.with_devices(nodes)
         self.placer = placer_factory(
-            snapshot.nodes,
+            nodes,
             used,
             (s.shape for sets in self.shapes.values() for s in sets),
         )

@@ -84,6 +84,25 @@ class Device:
             _freeze(self.capacity),
         )
 
+    def projected(self, names: frozenset[str] | None) -> tuple[object, ...]:
+        """The equivalence key, keeping only attributes and capacities named in ``names``.
+
+        A selector that reads only those names gives devices with equal projections
+        the same verdict: a node's GPUs differ in ``uuid`` and ``index``, but a
+        selector on ``productName`` cannot tell them apart.  None keeps everything.
+        """
+        if names is None:
+            return self.equivalence_key
+        typed = {
+            domain: {n: (type(v).__name__, v) for n, v in inner.items() if n in names}
+            for domain, inner in self.attributes.items()
+        }
+        capacity = {
+            domain: {n: v for n, v in inner.items() if n in names}
+            for domain, inner in self.capacity.items()
+        }
+        return (self.driver, self.allow_multiple_allocations, _freeze(typed), _freeze(capacity))
+
     @classmethod
     def from_slice(
         cls,

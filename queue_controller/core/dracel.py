@@ -141,10 +141,18 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Selector:
-    """A compiled selector: parsed once, run against many devices."""
+    """A compiled selector: parsed once, run against many devices.
+
+    ``reads`` holds every name the expression can look up in ``device.attributes``
+    or ``device.capacity`` (a superset: every identifier and string literal in
+    it), or None when it reaches names it does not spell out (an index computed
+    at run time, a macro over a map's keys, ``size()``, string arithmetic).
+    Devices alike in the names it reads get the same verdict from it.
+    """
 
     expression: str
     _runner: celpy.Runner
+    reads: frozenset[str] | None = None
 
     def evaluate(self, device: Device) -> Verdict:
         """Run it against one device, uncached."""
@@ -192,6 +200,44 @@ def _undeclared(tree: lark.Tree[lark.Token]) -> list[str]:
     return sorted({name for name in names if name not in allowed})
 
 
+# Calls that see a whole map (its keys or its size), not the names spelled out.
+_WHOLE_MAP_CALLS = _BINDING_MACROS | {"size"}
+
+
+def _unquoted(token: str) -> str:
+    """A CEL string literal's text, near enough to match the names it spells."""
+    body = token.lstrip("rRbB")
+    for quote in ('"""', "'''", '"', "'"):
+        if body.startswith(quote) and body.endswith(quote) and len(body) >= 2 * len(quote):
+            return body[len(quote) : -len(quote)]
+    return body
+
+
+def _reads(tree: lark.Tree[lark.Token]) -> frozenset[str] | None:
+    """The names a selector can read (see :attr:`Selector.reads`); None: any."""
+    for node in tree.iter_subtrees():
+        if node.data in ("member_dot_arg", "ident_arg"):
+            callee = node.children[1] if node.data == "member_dot_arg" else node.children[0]
+            if str(callee) in _WHOLE_MAP_CALLS:
+                return None
+        elif node.data == "member_index":
+            index = node.children[1]
+            literals = (
+                list(index.scan_values(lambda v: isinstance(v, lark.Token)))
+                if isinstance(index, lark.Tree)
+                else [index]
+            )
+            if len(literals) != 1 or literals[0].type != "STRING_LIT":
+                return None
+        elif node.data in ("addition_add", "multiplication_mul"):
+            return None
+    names: set[str] = set()
+    for token in tree.scan_values(lambda v: isinstance(v, lark.Token)):
+        text = str(token)
+        names.add(_unquoted(text) if token.type == "STRING_LIT" else text)
+    return frozenset(names)
+
+
 def compile_selector(expression: str) -> Selector:
     """Parse a selector; :class:`InvalidSpecError` naming it and the place if it does not parse."""
     global _environment
@@ -213,7 +259,7 @@ def compile_selector(expression: str) -> Selector:
             f"selector {expression!r} reads {', '.join(map(repr, unknown))}, which "
             "is not declared (a selector has one variable, device)"
         )
-    return Selector(expression, _environment.program(tree, functions=FUNCTIONS))
+    return Selector(expression, _environment.program(tree, functions=FUNCTIONS), _reads(tree))
 
 
 class SelectorCache:
@@ -238,9 +284,15 @@ class SelectorCache:
             self._selectors[expression] = selector
         return selector
 
-    def verdict(self, expression: str, device: Device) -> Verdict:
-        """The selector's verdict for this device, run at most once per kind of device."""
-        key = (expression, device.equivalence_key)
+    def verdict(
+        self, expression: str, device: Device, *, kind: tuple[object, ...] | None = None
+    ) -> Verdict:
+        """The selector's verdict for this device, run at most once per kind of device.
+
+        ``kind`` is the device's key as projected on names that include every name
+        the selector reads (:meth:`Device.projected`); by default, its whole key.
+        """
+        key = (expression, device.equivalence_key if kind is None else kind)
         verdict = self._verdicts.get(key)
         if verdict is None:
             selector = self.selector(expression)

@@ -22,6 +22,7 @@ class Scatter:
     total_free: int
     most_on_one_node: int
     per_member: int
+    label: str = ""  # what to call the resource, when not its name (DRA devices)
 
 
 def _nodes(count: int) -> str:
@@ -63,7 +64,8 @@ def explain_shortfall(
     if scattered:
         resource = scatter.resource
         parts.append(
-            f"{format_milli(scatter.total_free, resource)} {resource} free on eligible nodes "
+            f"{format_milli(scatter.total_free, resource)} {scatter.label or resource} free on "
+            "eligible nodes "
             f"but at most {format_milli(scatter.most_on_one_node, resource)} on any one node, "
             f"and each member needs {format_milli(scatter.per_member, resource)}"
         )

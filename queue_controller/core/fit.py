@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from operator import attrgetter, floordiv, itemgetter, sub
 from typing import Any
 
+from queue_controller.core.devicedims import BoundDims
 from queue_controller.core.domains import DomainPlacement, DomainSearch
 from queue_controller.core.domaintree import Skeleton, Totals
 from queue_controller.core.explain import Scatter, explain_shortfall
@@ -99,6 +100,11 @@ class EquivalenceIndex:
         self._dims: tuple[str, ...] = tuple(sorted(names, key=scarcity_rank))
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
         self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
+        # DRA: devices are dimensions too; their derived ones follow the base ones.
+        devices = next((s.devices for s in shapes if s.devices is not None), None)
+        self._devices = BoundDims.bind(devices, self._dim_index) if devices else None
+        # (placement, node) -> the devices a commit took, for its release to give back.
+        self._taken: dict[tuple[int, str], list[int]] = {}
         label_keys, by_name = referenced_node_fields(shapes, by_topology=by_topology)
         self._classes: list[NodeClass] = []
         by_key: dict[Hashable, NodeClass] = {}
@@ -126,6 +132,8 @@ class EquivalenceIndex:
                 self._classes.append(node_class)
             node_used = used.get(node.name, empty)
             free = tuple(map(sub, alloc, map(node_used.get, dims, zeros))) if node_used else alloc
+            if self._devices is not None and node_used:
+                free = self._devices.refreshed(free, alloc)
             node_class.add(node.name, free)
             self._where[node.name] = (node_class, free)
         self._eligibility: dict[Hashable, _Eligibility] = {}
@@ -166,6 +174,10 @@ class EquivalenceIndex:
             for name, amount in sorted(shape.request.items(), key=lambda kv: scarcity_rank(kv[0]))
         )
         used = {i for i, _ in pairs}
+        device_dims: frozenset[int] = frozenset()
+        if shape.devices is not None and self._devices is not None:
+            device_dims = self._devices.positions()
+            used |= device_dims
         (first, _), *rest = pairs  # every request holds at least its pod slot
         # itemgetter of one index returns a bare value; the arithmetic wants a tuple.
         dims = itemgetter(*(i for i, _ in pairs)) if rest else (lambda free: (free[first],))
@@ -174,6 +186,8 @@ class EquivalenceIndex:
             dims=dims,
             amounts=tuple(a for _, a in pairs),
             foreign=tuple(i for i in self._accelerator_dims if i not in used),
+            devices=tuple((self._dims[i], a) for i, a in pairs if i in device_dims),
+            device_dims=device_dims,
         )
         self._requests[shape.fit_key] = request
         return request
@@ -285,6 +299,8 @@ class EquivalenceIndex:
             i = self._dim_index.get(resource)
             if i is not None:
                 after[i] += amount
+        if self._devices is not None:
+            self._devices.refresh(after, node_class.allocatable)
         new_free = tuple(after)
         if new_free != free:
             node_class.move(node, free, new_free)
@@ -317,11 +333,34 @@ class EquivalenceIndex:
             node_class, free = self._where[name]
             after = list(free)
             for i, amount in request.pairs:
-                after[i] -= amount * members
+                if i not in request.device_dims:
+                    after[i] -= amount * members
+            if request.devices:
+                self._take_devices(request, after, placement, name, count, sign)
+                assert self._devices is not None
+                self._devices.refresh(after, node_class.allocatable)
             new_free = tuple(after)
             node_class.move(name, free, new_free)
             self._where[name] = (node_class, new_free)
             self._moved.append(node_class.index)
+
+    def _take_devices(
+        self,
+        request: MemberRequest,
+        after: list[int],
+        placement: Placement,
+        node: str,
+        count: int,
+        sign: int,
+    ) -> None:
+        """Devices are taken, not subtracted: a release gives back what its commit took."""
+        assert self._devices is not None
+        key = (id(placement), node)
+        if sign > 0:
+            totals = {name: amount * count for name, amount in request.devices}
+            self._taken[key] = self._devices.take(after, totals)
+        else:
+            self._devices.give(after, self._taken.pop(key, []))
 
     # -- choosing nodes ------------------------------------------------------
 
@@ -402,12 +441,15 @@ class EquivalenceIndex:
             total_free += part.scarce_free
             most_free = max(most_free, part.scarce_most)
         scarce_index, scarce_amount = request.pairs[0]
+        scarce = self._dims[scarce_index]
+        if shape.labels:  # DRA dimensions are called by the claim and request they serve
+            blocked = Counter({_relabel(shape, reason): nodes for reason, nodes in blocked.items()})
         return explain_shortfall(
             fits=fits,
             needed=count,
             usable_nodes=usable,
             blocked=blocked,
-            scatter=Scatter(self._dims[scarce_index], total_free, most_free, scarce_amount),
+            scatter=Scatter(scarce, total_free, most_free, scarce_amount, shape.label(scarce)),
         )
 
     def _class_shortfall(self, shape: GangShape, node_class: NodeClass) -> ClassShortfall:
@@ -430,3 +472,8 @@ class EquivalenceIndex:
             most_free = max(most_free, spare)
         view.shortfall = ClassShortfall(usable, blocked, total_free, most_free)
         return view.shortfall
+
+
+def _relabel(shape: GangShape, reason: str) -> str:
+    head, _, resource = reason.partition(" ")
+    return f"{head} {shape.label(resource)}" if head == "Insufficient" else reason

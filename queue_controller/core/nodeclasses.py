@@ -30,6 +30,10 @@ class MemberRequest:
     dims: Callable[[FreeVector], tuple[int, ...]]
     amounts: tuple[int, ...]
     foreign: tuple[int, ...]  # accelerator dimensions the gang does not use
+    # DRA: one member's device dimensions (name, milli), taken from the base ones on
+    # commit rather than subtracted (see devicedims), and their positions.
+    devices: tuple[tuple[str, int], ...] = ()
+    device_dims: frozenset[int] = frozenset()
 
     def fits(self, free: FreeVector) -> int:
         """Members that fit in ``free``: the tightest resource decides."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from queue_controller.core.devicedims import is_device_dimension
 from queue_controller.core.model import BoundPod, Workload
 from queue_controller.core.ordering import PriorityTable
 from queue_controller.core.requests import InvalidSpecError, pod_request
@@ -25,13 +26,22 @@ class Prepared:
     priority: int
     requests: tuple[Mapping[str, int], ...]  # per pod of each pod set; empty when invalid
     error: str  # why it is invalid; empty when valid
+    # DRA (see devicecycle): what its claims' devices charge the quota, and, per pod
+    # set, what to call each device dimension of its request in a message.
+    device_quota: Mapping[str, int] = field(default_factory=dict)
+    labels: tuple[Mapping[str, str], ...] = ()
 
     def need(self) -> dict[str, int]:
-        """What the whole gang charges its quota: every pod of every pod set."""
-        total: Counter[str] = Counter()
+        """What the whole gang charges its quota: every pod of every pod set.
+
+        Device dimensions are the placer's; the quota is charged for devices by
+        their DeviceClass's quota resource instead.
+        """
+        total: Counter[str] = Counter(self.device_quota)
         for pod_set, request in zip(self.workload.pod_sets, self.requests, strict=True):
             for resource, amount in request.items():
-                total[resource] += amount * pod_set.count
+                if not is_device_dimension(resource):
+                    total[resource] += amount * pod_set.count
         return dict(total)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from queue_controller.core.devicedims import DeviceDims, is_device_dimension
 from queue_controller.core.model import PodSet, PodTemplate
 from queue_controller.core.topology import TopologyAsk
 
@@ -25,10 +26,22 @@ class GangShape:
     # topology).  What a node holds for a member depends on nothing else.
     fit_key: Hashable
     topology: TopologyAsk | None = None  # None: placed without regard to domains
+    # DRA: the cycle's device dimensions, when the request holds some, and what to
+    # call each in a message ("gpu.nvidia.com devices for request gpus of ...").
+    devices: DeviceDims | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def label(self, resource: str) -> str:
+        return next((text for name, text in self.labels if name == resource), resource)
 
 
 def shape_of(
-    template: PodTemplate, request: Mapping[str, int], topology: TopologyAsk | None = None
+    template: PodTemplate,
+    request: Mapping[str, int],
+    topology: TopologyAsk | None = None,
+    *,
+    devices: DeviceDims | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> GangShape:
     constraint_key = (
         tuple(sorted(template.node_selector.items())),
@@ -36,15 +49,19 @@ def shape_of(
         tuple(sorted(set(template.tolerations), key=repr)),
     )
     request = {name: amount for name, amount in request.items() if amount}
+    named = tuple(sorted((labels or {}).items()))
     return GangShape(
         request=request,
         template=template,
         constraint_key=constraint_key,
         # The topology is part of the key (two gangs alike but for it place differently),
         # not of the constraint key: which nodes a member may use does not depend on it.
-        key=(constraint_key, tuple(sorted(request.items())), topology),
+        # Labels too: gangs alike but for their claims' names are told apart in messages.
+        key=(constraint_key, tuple(sorted(request.items())), topology, named),
         topology=topology,
         fit_key=(constraint_key, tuple(sorted(request.items()))),
+        devices=devices if any(map(is_device_dimension, request)) else None,
+        labels=named,
     )
 
 
