@@ -121,7 +121,8 @@ def load_snapshot(
             raise DumpError(
                 f"unsupported kind {item.obj.get('apiVersion')}/{item.obj.get('kind')}; plan "
                 "reads Nodes, Pods, Jobs, PriorityClasses, Queues, TeamQuotas, Cohorts, "
-                "Topologies and PodGroups (pass --ignore-unknown to skip the rest)",
+                "Topologies, PodGroups, DeviceClasses, ResourceSlices, ResourceClaims and "
+                "ResourceClaimTemplates (pass --ignore-unknown to skip the rest)",
                 where=item.where,
             )
     try:

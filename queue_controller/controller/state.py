@@ -31,6 +31,7 @@ _POD_SPEC_FIELDS = (
     "overhead",
     "schedulingGates",
     "priorityClassName",
+    "resourceClaims",
 )
 
 
@@ -71,7 +72,9 @@ def slim_pod(pod: Mapping[str, Any]) -> Obj:
         "kind": "Pod",
         "metadata": dict(pod.get("metadata") or {}),
         "spec": kept,
-        "status": {k: status[k] for k in ("phase", "conditions") if k in status},
+        "status": {
+            k: status[k] for k in ("phase", "conditions", "resourceClaimStatuses") if k in status
+        },
     }
 
 

@@ -18,6 +18,7 @@ from queue_controller.core.model import (
     Node,
     NodeSelectorTerm,
     Ordering,
+    PodClaim,
     PodTemplate,
     Preemption,
     PriorityClass,
@@ -105,6 +106,31 @@ def _toleration(obj: Obj) -> Toleration:
     )
 
 
+def _pod_claim(obj: Obj) -> PodClaim:
+    """One ``spec.resourceClaims`` entry: a name and exactly one of claim or template."""
+    name = get(obj, "name", str, "")
+    if not name:
+        raise InputError("needs a name", field="name")
+    claim = get(obj, "resourceClaimName", str, "")
+    template = get(obj, "resourceClaimTemplateName", str, "")
+    if bool(claim) == bool(template):
+        raise InputError("needs exactly one of resourceClaimName and resourceClaimTemplateName")
+    return PodClaim(name=name, claim_name=claim, template_name=template)
+
+
+def _pod_claims(spec: Obj) -> tuple[PodClaim, ...]:
+    out: list[PodClaim] = []
+    for i, item in enumerate(objects(spec, "resourceClaims")):
+        try:
+            claim = _pod_claim(item)
+            if any(c.name == claim.name for c in out):
+                raise InputError(f"the claim {claim.name!r} is named twice", field="name")
+        except InputError as error:
+            raise error.located(field_prefix=f"resourceClaims[{i}]") from None
+        out.append(claim)
+    return tuple(out)
+
+
 def pod_template(spec: Obj) -> PodTemplate:
     """A PodSpec (of a Pod, or of a Job's ``spec.template.spec``)."""
     return PodTemplate(
@@ -115,6 +141,7 @@ def pod_template(spec: Obj) -> PodTemplate:
         required_affinity=_affinity(spec),
         tolerations=tuple(_toleration(t) for t in objects(spec, "tolerations")),
         priority_class_name=get(spec, "priorityClassName", str, ""),
+        resource_claims=_pod_claims(spec),
     )
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "ADMISSION_GATE",
     "COHORT",
     "CORE",
+    "DEVICE_CLASS",
     "EVENT",
     "FIELD_MANAGER",
     "HOSTNAME_LABEL",
@@ -27,6 +28,9 @@ __all__ = [
     "POD_GROUP",
     "PRIORITY_CLASS",
     "QUEUE",
+    "RESOURCE_CLAIM",
+    "RESOURCE_CLAIM_TEMPLATE",
+    "RESOURCE_SLICE",
     "TEAM_QUOTA",
     "TOPOLOGY",
     "Resource",
@@ -80,9 +84,30 @@ COHORT = Resource(v1alpha1.API_VERSION, "Cohort", "cohorts", False)
 TOPOLOGY = Resource(v1alpha1.API_VERSION, "Topology", "topologies", False)
 QUEUE = Resource(v1alpha1.API_VERSION, "Queue", "queues", True)
 POD_GROUP = Resource(v1alpha1.API_VERSION, "PodGroup", "podgroups", True)
+# Dynamic Resource Allocation (resource.k8s.io/v1): the devices nodes publish, the
+# classes and claims that pick them.  Read only (kube/dra.py translates them).
+DEVICE_CLASS = Resource("resource.k8s.io/v1", "DeviceClass", "deviceclasses", False)
+RESOURCE_SLICE = Resource("resource.k8s.io/v1", "ResourceSlice", "resourceslices", False)
+RESOURCE_CLAIM = Resource("resource.k8s.io/v1", "ResourceClaim", "resourceclaims", True)
+RESOURCE_CLAIM_TEMPLATE = Resource(
+    "resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", True
+)
 
 # What every cycle reads, whatever workload kinds are registered (they add their own).
-CORE = (NODE, POD, PRIORITY_CLASS, TEAM_QUOTA, COHORT, TOPOLOGY, QUEUE, POD_GROUP)
+CORE = (
+    NODE,
+    POD,
+    PRIORITY_CLASS,
+    TEAM_QUOTA,
+    COHORT,
+    TOPOLOGY,
+    QUEUE,
+    POD_GROUP,
+    DEVICE_CLASS,
+    RESOURCE_SLICE,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
+)
 
 # Labels and names that several modules spell: one home for each (the hostname
 # label's is the core's, which matches nodes on it).

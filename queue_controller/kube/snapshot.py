@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from queue_controller.core.dra import ClaimTemplate, DeviceClass, ResourceClaim, ResourceSlice
 from queue_controller.core.model import (
     BoundPod,
     Cohort,
@@ -32,7 +33,7 @@ from queue_controller.core.model import (
 )
 from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.errors import InputError
-from queue_controller.kube import kinds, nodehealth, objects
+from queue_controller.kube import dra, kinds, nodehealth, objects
 from queue_controller.kube.fields import Obj, get, timestamp
 from queue_controller.kube.fields import objects as objects_of
 from queue_controller.kube.gangs import (
@@ -96,6 +97,10 @@ class _Collected:
     topologies: list[Topology] = field(default_factory=list)
     queues: list[QueueView] = field(default_factory=list)
     groups: list[GroupView] = field(default_factory=list)
+    device_classes: list[DeviceClass] = field(default_factory=list)
+    resource_slices: list[ResourceSlice] = field(default_factory=list)
+    resource_claims: list[ResourceClaim] = field(default_factory=list)
+    claim_templates: list[ClaimTemplate] = field(default_factory=list)
     heads: dict[str, list[Located]] = field(default_factory=lambda: defaultdict(list))
 
 
@@ -154,6 +159,14 @@ def _collect_one(item: Located, into: _Collected) -> None:
         into.groups.append(
             GroupView(objects.pod_group(obj), ref_of(POD_GROUP, obj), phase_writer(obj))
         )
+    elif kind == "ResourceSlice":
+        into.resource_slices.append(dra.resource_slice(obj))
+    elif kind == "ResourceClaim":
+        into.resource_claims.append(dra.resource_claim(obj))
+    elif kind == "ResourceClaimTemplate":
+        into.claim_templates.append(dra.claim_template(obj))
+    elif kind == "DeviceClass":
+        into.device_classes.append(dra.device_class(obj))
     elif isinstance(kind, str) and kind in kinds.BY_HEAD:
         if kinds.BY_HEAD[kind].is_queued(obj):  # not in a queue: not ours to hold
             into.heads[str(kind)].append(item)
@@ -224,6 +237,10 @@ def translate(items: Iterable[Located], *, now: float, skip: Skip | None = None)
         now=now,
         cohorts=tuple(collected.cohorts),
         topologies=tuple(collected.topologies),
+        device_classes=tuple(collected.device_classes),
+        resource_slices=tuple(collected.resource_slices),
+        resource_claims=tuple(collected.resource_claims),
+        claim_templates=tuple(collected.claim_templates),
     )
     return Translation(
         snapshot,
