@@ -142,7 +142,9 @@ def member_pod(obj: Obj) -> MemberPod:
     except InputError as error:
         raise error.located(field_prefix="spec") from None
     gates = tuple(objects(obj, "spec.schedulingGates"))
-    uses_gpus = any(
+    # A pod with DRA claims may hold GPUs through them: it counts as a GPU user, so a
+    # failed GPU on its node marks its gang as one on nvidia.com/gpu would.
+    uses_gpus = bool(template.resource_claims) or any(
         is_gpu_resource(name)
         for container in template.containers
         for resources in (container.requests, container.limits)

@@ -144,8 +144,8 @@ class Demo:
 
     def _submit(self, gap_seconds: float) -> None:
         # The Jobs, then a plain Pod gang made pod by pod, as an operator makes one, then
-        # the gangs that must stay within one NVLink clique.
-        for name in ("jobs.yaml", "pod-gang.yaml", "topology-jobs.yaml"):
+        # the gangs that must stay within one NVLink clique, then Jobs claiming GPUs by DRA.
+        for name in ("jobs.yaml", "pod-gang.yaml", "topology-jobs.yaml", "dra-jobs.yaml"):
             path = self.root / "examples" / name
             self.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=true")
             for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):

@@ -20,6 +20,7 @@ from queue_controller.core.decisions import Decision
 from queue_controller.dump import load_snapshot
 from queue_controller.kube import kinds
 from queue_controller.kube.resources import JOB, POD
+from queue_controller.localcluster import devices
 from tests.views import seen
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,11 +43,15 @@ def _decide(objects: list[dict[str, Any]]) -> dict[str, Decision]:
         obj.update(merge(obj, kinds.hold_at_creation(RESOURCES[obj["kind"]], obj)))
         # `make run` submits them a second apart, in file order (Jobs, then the pods).
         obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
-    nodes = nodepools.load(ROOT / "deploy/local-cluster/nodes.yaml").nodes()
+    layout = nodepools.load(ROOT / "deploy/local-cluster/nodes.yaml")
+    nodes = layout.nodes()
+    published = devices.objects(layout.pools)  # the DRA devices `local-cluster up` writes
     for node in nodes:
         node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]  # as kwok reports
     snapshot, _ = load_snapshot(
-        [("examples", yaml.safe_dump_all([*objects, *nodes]))], now=0.0, ignore_unknown=True
+        [("examples", yaml.safe_dump_all([*objects, *nodes, *published]))],
+        now=0.0,
+        ignore_unknown=True,
     )
     return {d.workload: d for d in schedule(snapshot).decisions}
 
@@ -72,6 +77,11 @@ TOPOLOGY_GANGS = {
     "fabric/nvl-too-big": ("Pending", "NoNodeFit"),
     "fabric/nvl-fits": ("Admit", "Admitted"),
 }
+# The gangs of examples/dra-jobs.yaml: GPUs claimed through DRA (issue 15).
+DRA_GANGS = {
+    "research/dra-pair": ("Admit", "Admitted"),
+    "research/dra-too-big": ("Pending", "NoNodeFit"),
+}
 
 
 def test_demo_jobs_are_decided_as_the_examples_say() -> None:
@@ -79,7 +89,7 @@ def test_demo_jobs_are_decided_as_the_examples_say() -> None:
     got = {
         key: (d.verdict.value, d.reason.value)
         for key, d in decisions.items()
-        if key not in TOPOLOGY_GANGS
+        if key not in TOPOLOGY_GANGS and key not in DRA_GANGS
     }
     assert got == {
         "research/pretrain-llm": ("Pending", "QuotaExceeded"),
@@ -154,3 +164,15 @@ def test_the_podgroup_example_is_what_the_controller_writes_for_its_job() -> Non
         None, 0.0, ("Admitted", False, decision.reason.value, decision.message)
     )
     assert admitted == {**written[0], "lastTransitionTime": admitted["lastTransitionTime"]}
+
+
+def test_dra_gangs_are_decided_as_the_examples_say() -> None:
+    decisions = _decide(_examples())
+    got = {key: (decisions[key].verdict.value, decisions[key].reason.value) for key in DRA_GANGS}
+    assert got == DRA_GANGS
+    pair = decisions["research/dra-pair"]
+    assert all(node.startswith("h100-") for node in pair.placement)
+    assert sum(pair.placement.values()) == 2
+    too_big = decisions["research/dra-too-big"]
+    assert "request gpus of ResourceClaimTemplate h100-x9" in too_big.message
+    assert "at most 8 on any one node, and each member needs 9" in too_big.message

@@ -787,3 +787,17 @@ def test_a_dra_watch_event_wakes_the_cycle_as_a_pod_event_does(
     feed(state, resource, "DELETED", raw)
     assert state.changed.is_set()
     assert state.get(*key) is None
+
+
+def test_a_pod_with_claims_counts_as_a_gpu_user_for_gpu_health() -> None:
+    def pod(spec: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c"}], **spec},
+        }
+
+    claims = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "h100-x4"}]}
+    assert member_pod(pod(claims)).uses_gpus
+    assert not member_pod(pod({})).uses_gpus
