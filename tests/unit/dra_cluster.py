@@ -62,7 +62,9 @@ def node(name: str, **allocatable: int) -> Node:
     return Node(name, {**base, **allocatable}, conditions={"Ready": "True"})
 
 
-def cluster(layout: Mapping[str, Sequence[str]]) -> tuple[tuple[Node, ...], tuple[ResourceSlice, ...]]:
+def cluster(
+    layout: Mapping[str, Sequence[str]],
+) -> tuple[tuple[Node, ...], tuple[ResourceSlice, ...]]:
     """Nodes and their slices: node name -> the product of each of its GPUs."""
     nodes = tuple(node(name) for name in layout)
     slices = tuple(
