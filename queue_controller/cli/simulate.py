@@ -228,6 +228,15 @@ def _progress(policies: Sequence[str]) -> Iterator[Callable[[str, float], None] 
     "(a SimulationTopology file; `bundled` goes with the bundled cluster's racks).",
 )
 @click.option(
+    "--dra",
+    is_flag=True,
+    help="Ask and offer whole GPUs through DRA (resource.k8s.io/v1) instead of "
+    "nvidia.com/gpu: each whole-GPU node's GPUs become devices of one ResourceSlice "
+    "(driver gpu.nvidia.com), DeviceClass gpu.nvidia.com charges them to quota as "
+    "nvidia.com/gpu, jobs ask through ResourceClaimTemplates and running pods hold "
+    "allocated ResourceClaims. MIG slices and time-sliced GPUs stay extended resources.",
+)
+@click.option(
     "--policy",
     "policy_name",
     metavar="NAME|FILE",
@@ -301,6 +310,7 @@ def simulate(
     arrival_rate_per_hour: float | None,
     max_gang_gpus: int,
     topology: str | None,
+    dra: bool,
     policy_name: str,
     compare: tuple[str, ...],
     preemption: str,
@@ -362,7 +372,7 @@ def simulate(
             "foreign_pods_per_hour": foreign_pods_per_hour,
         },
     )
-    from queue_controller.sim.setup import build_scenario, with_topology
+    from queue_controller.sim.setup import build_scenario, with_dra, with_topology
 
     scenario = build_scenario(
         bundled=bundled,
@@ -376,6 +386,7 @@ def simulate(
         reshape=_given(ctx, "arrival_rate_per_hour") or _given(ctx, "max_gang_gpus"),
     )
     scenario = with_topology(scenario, topology, seed=seed)
+    scenario = with_dra(scenario, dra)
     from queue_controller.journal.database import parse_url
     from queue_controller.sim.engine import simulate as run_simulation
     from queue_controller.sim.report import report_json, summary_table, write_report

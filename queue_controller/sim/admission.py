@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import replace
 
 from queue_controller.core import (
     Decision,
@@ -216,6 +217,15 @@ class Admission:
             topologies=self.scenario.topologies,
             now=now,
         )
+        dra = self.scenario.dra
+        if dra is not None:
+            snapshot = replace(
+                snapshot,
+                device_classes=dra.device_classes,
+                resource_slices=dra.resource_slices,
+                claim_templates=dra.claim_templates,
+                resource_claims=self.book.devices.claims(_claim_of),
+            )
         return schedule(snapshot, placer=self.placer).decisions
 
     def arrived(self, job: JobState) -> None:
@@ -417,3 +427,18 @@ class Admission:
             if any(used.get(r, 0) > quota.nominal for r, quota in limits.items()):
                 shown.add(team)
         return frozenset(shown)
+
+
+def _claim_of(owner: Hashable, node: str) -> tuple[str, str, str]:
+    """The allocated claim of what ``owner`` holds on ``node`` (DeviceBook.claims).
+
+    A gang's bound members hold theirs for the pod the core knows them by (an
+    ``alone`` gang's, JobState.core_pods): the core then counts those devices as
+    the gang's, which preempting it gives back.  A preempted attempt's
+    terminating pods and foreign pods hold theirs for nobody the core knows.
+    """
+    if isinstance(owner, JobState):
+        namespace, name = owner.spec.namespace, owner.spec.name
+        return namespace, f"{name}-{node}-gpus", f"{namespace}/{owner.core_pod(node)}"
+    parts = owner if isinstance(owner, tuple) else (owner,)
+    return "", "held-" + "-".join(str(p).replace("/", "-") for p in parts) + f"-{node}", ""

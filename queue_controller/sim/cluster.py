@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
 
 from queue_controller.core import BoundPod, Container, Node, PodTemplate
 from queue_controller.core.nodes import exclusion, usable_allocatable
-from queue_controller.core.resources import scarcity_rank
+from queue_controller.core.resources import GPU, ONE, scarcity_rank
+from queue_controller.sim.dra import DeviceBook
 from queue_controller.sim.faults import ForeignPod
 from queue_controller.sim.gpus import capacity, value_of
 
@@ -30,8 +31,26 @@ NOT_READY = {"Ready": "False"}
 
 
 class NodeBook:
-    def __init__(self, nodes: Sequence[Node]) -> None:
+    """Free capacity per node.  With ``devices`` (node -> whole GPUs offered through
+    DRA, ``simulate --dra``) the whole GPUs pods take there are also devices of the
+    :class:`DeviceBook`, by owner; the core is shown those nodes and pods without
+    ``nvidia.com/gpu``, and the devices as allocated claims instead."""
+
+    def __init__(self, nodes: Sequence[Node], devices: Mapping[str, int] | None = None) -> None:
         self.nodes = {node.name: node for node in nodes}
+        self.devices = DeviceBook(devices or {})
+        self._claimed = frozenset(devices or ())  # nodes whose GPUs the core sees as devices
+        # Such a node's whole GPUs are offered as devices of its ResourceSlice instead.
+        self._core_base = {
+            node.name: replace(
+                node,
+                allocatable={r: a for r, a in node.allocatable.items() if r != GPU},
+                capacity={r: a for r, a in node.capacity.items() if r != GPU},
+            )
+            if node.name in self._claimed
+            else node
+            for node in nodes
+        }
         self.order = sorted(self.nodes)
         self.allocatable = {n.name: dict(usable_allocatable(n)) for n in nodes}
         self.free = {name: dict(a) for name, a in self.allocatable.items()}
@@ -53,18 +72,24 @@ class NodeBook:
                 return False
         return True
 
-    def take(self, name: str, request: Mapping[str, int]) -> None:
+    def take(self, name: str, request: Mapping[str, int], owner: Hashable = None) -> None:
+        """One pod of ``request`` binds to ``name``; ``owner`` holds its devices, if any."""
         free = self.free[name]
         for r, amount in request.items():
             free[r] = free.get(r, 0) - amount
         self._touched.add(name)
+        if name in self._claimed:
+            self.devices.take(name, owner, request.get(GPU, 0) // ONE)
 
-    def give(self, name: str, request: Mapping[str, int]) -> None:
+    def give(self, name: str, request: Mapping[str, int], owner: Hashable = None) -> None:
+        """One pod of ``request`` that ``owner`` bound to ``name`` is gone."""
         free = self.free[name]
         for r, amount in request.items():
             free[r] = free.get(r, 0) + amount
         self.freed.add(name)
         self._touched.add(name)
+        if name in self._claimed:
+            self.devices.give(name, owner, request.get(GPU, 0) // ONE)
 
     def own(self, name: str, request: Mapping[str, int], times: int) -> None:
         """``times`` pods of ``request`` on ``name`` become (or, negative, stop being)
@@ -78,6 +103,7 @@ class NodeBook:
         """Everything on the node is gone (it failed)."""
         self.free[name] = dict(self.allocatable[name])
         self._touched.add(name)
+        self.devices.clear(name)
 
     def fail(self, name: str) -> None:
         self.down.add(name)
@@ -92,11 +118,12 @@ class NodeBook:
     def core_nodes(self) -> tuple[Node, ...]:
         """The nodes as the core sees them: a failed node is NotReady."""
         if self._snapshot_nodes is None:
-            self._snapshot_nodes = tuple(
-                replace(self.nodes[n], conditions=NOT_READY) if n in self.down else self.nodes[n]
-                for n in self.order
-            )
+            self._snapshot_nodes = tuple(self._core_node(n) for n in self.order)
         return self._snapshot_nodes
+
+    def _core_node(self, name: str) -> Node:
+        node = self._core_base[name]
+        return replace(node, conditions=NOT_READY) if name in self.down else node
 
     def usage(self) -> tuple[BoundPod, ...]:
         """What bound pods take, one summed pod per node that has any, for the core.
@@ -110,6 +137,8 @@ class NodeBook:
             owned = self.owned.get(name)
             if owned:
                 used = {r: amount - owned.get(r, 0) for r, amount in used.items()}
+            if name in self._claimed:
+                used.pop(GPU, None)  # held by claims (DeviceBook.claims)
             if any(used.values()):
                 self._usage[name] = BoundPod(
                     namespace="", name=f"usage-{name}", node_name=name, request=used
@@ -317,7 +346,7 @@ class ForeignPods:
         if node is None:
             self.dropped += 1
             return None
-        self.book.take(node, pod.request)
+        self.book.take(node, pod.request, ("foreign", pod.index))
         self.on_node[node].add(pod.index)
         return node
 
@@ -326,7 +355,7 @@ class ForeignPods:
         if pod.index not in self.on_node[node]:
             return False
         self.on_node[node].discard(pod.index)
-        self.book.give(node, pod.request)
+        self.book.give(node, pod.request, ("foreign", pod.index))
         return True
 
     def node_failed(self, node: str) -> None:

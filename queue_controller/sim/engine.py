@@ -136,4 +136,5 @@ def simulate(
         upper_bound=bound,
         preemption=preemption,
         grace_period_seconds=policy.termination_grace_period_seconds,
+        dra=scenario.dra is not None,
     )

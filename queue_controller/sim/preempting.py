@@ -47,6 +47,11 @@ class Terminating:
     gpus_on: dict[str, float]  # node -> GPU-equivalents of one pod
     since: float
     owner: str = field(default="")
+    attempt: int = 0  # of the owner's, preempted: its pods' devices are held as (owner, attempt)
+
+    @property
+    def holder(self) -> tuple[str, int]:
+        return (self.owner, self.attempt)
 
 
 class Preempting:
@@ -93,7 +98,7 @@ class Preempting:
             self.meters.unplaced(job.team, job.held_gpus)
             job.fully_placed = False
             self.meters.pending += 1
-        pods = Terminating(dict(job.request), Counter(), {}, now, job.key)
+        pods = Terminating(dict(job.request), Counter(), {}, now, job.key, job.attempt)
         for node, count in job.bound.items():
             if not count:
                 continue
@@ -101,6 +106,7 @@ class Preempting:
             self.lost_gpu_seconds += gpus * count * now - job.bind_weight.get(node, 0.0)
             if job.alone:
                 self.book.own(node, job.request, -count)  # anonymous, terminating pods now
+            self.book.devices.rehome(node, job, pods.holder)  # its devices too
             pods.nodes[node] = count
             pods.gpus_on[node] = gpus
             self.terminating[node].add(pods)
@@ -145,7 +151,7 @@ class Preempting:
         if not count:
             return
         for _ in range(count):
-            self.book.give(node, pods.request)
+            self.book.give(node, pods.request, pods.holder)
         gpus = pods.gpus_on[node] * count
         self.meters.release(gpus)
         self.lost_gpu_seconds += gpus * (self.now - pods.since)

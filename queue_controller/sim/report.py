@@ -129,6 +129,7 @@ def report_json(report: SimulationReport) -> dict[str, object]:
         "faults": dict(report.faults),
         "preemption": report.preemption,
         "terminationGracePeriodSeconds": report.grace_period_seconds,
+        "dra": report.dra,
         "policies": {name: policy_json(result) for name, result in report.policies.items()},
         "upper_bound": None
         if bound is None
@@ -324,6 +325,10 @@ def report_markdown(report: SimulationReport) -> str:
                 ["Inputs", sources or "(not recorded)"],
                 ["Faults", _faults(report.faults)],
                 ["Preemption", _preemption(report)],
+                [
+                    "GPUs through DRA",
+                    "yes: whole GPUs as ResourceSlice devices and claims" if report.dra else "no",
+                ],
                 ["Policies compared", ", ".join(report.policies) or "(none)"],
             ],
             numeric_from=2,

@@ -134,3 +134,4 @@ class SimulationReport:
     upper_bound: UpperBound | None = None
     preemption: str = "as-configured"  # as-configured | off | on | compare
     grace_period_seconds: float = 30.0  # of a preempted gang's pods
+    dra: bool = False  # whole GPUs asked and offered through DRA (`simulate --dra`)

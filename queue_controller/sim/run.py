@@ -64,13 +64,13 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         self.record_entry = record
         self.progress = progress
         self.source = f"simulation:{run_id}:{name}"
-        self.book = NodeBook(scenario.nodes)
+        self.book = NodeBook(scenario.nodes, scenario.dra.devices if scenario.dra else None)
         self.scheduler = PodScheduler(self.book, scoring=policy.scheduler_scoring)
         self.meters = Meters(self.book.capacity_gpus())
         self.queues = tuple(policy.applied_to(q) for q in scenario.queues)
         self.queue_by_key = {(q.namespace, q.name): q for q in self.queues}
         self.priorities = PriorityTable(scenario.priority_classes)
-        self.jobs = prepare_jobs(scenario.jobs, scenario.queues, scenario.quotas)
+        self.jobs = prepare_jobs(scenario.jobs, scenario.queues, scenario.quotas, scenario.dra)
         self.priority: dict[str, int] = {}
         self.pending: dict[str, JobState] = {}
         self.admitted: dict[str, JobState] = {}
@@ -268,7 +268,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
     # -- binding, running, finishing -----------------------------------------
 
     def _bind(self, job: JobState, node: str, pod: int) -> None:
-        self.book.take(node, job.request)
+        self.book.take(node, job.request, job)
         job.bound[node] += 1
         job.bound_count += 1
         gpus = job.gpus_on.get(node)
@@ -323,7 +323,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             if job.alone:
                 self.book.own(node, job.request, -count)
             for _ in range(count):
-                self.book.give(node, job.request)
+                self.book.give(node, job.request, job)
             gpus = job.gpus_on[node] * count
             job.held_gpus -= gpus
             self.meters.release(gpus)

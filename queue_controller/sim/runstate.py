@@ -17,6 +17,8 @@ from queue_controller.core import (
     one_pod_set,
 )
 from queue_controller.core.requests import InvalidSpecError, pod_request
+from queue_controller.core.resources import GPU, ONE
+from queue_controller.sim.dra import DraCluster
 from queue_controller.sim.scenario import SimJob
 
 # The simulator replays batch/v1 Jobs: a bad template is named where a Job keeps it.
@@ -95,18 +97,26 @@ class JobState:
         """
         if self.pods_of_core is None:
             key = f"Job/{self.spec.namespace}/{self.spec.name}"
+            # Whole GPUs asked through a claim are held by the claim, not the pod.
+            claimed = bool(self.template.resource_claims)
             self.pods_of_core = tuple(
                 BoundPod(
                     namespace=self.spec.namespace,
-                    name=f"{self.spec.name}@{node}",
+                    name=self.core_pod(node),
                     node_name=node,
-                    request={r: a * count for r, a in self.request.items()},
+                    request={
+                        r: a * count for r, a in self.request.items() if not (claimed and r == GPU)
+                    },
                     workload=key,
                 )
                 for node, count in sorted(self.bound.items())
                 if count
             )
         return self.pods_of_core
+
+    def core_pod(self, node: str) -> str:
+        """The name of the one pod its bound members on ``node`` are shown as."""
+        return f"{self.spec.name}@{node}"
 
     def _build(self) -> Workload:
         admitted = self.phase is Phase.ADMITTED
@@ -144,9 +154,17 @@ class JobState:
 
 
 def prepare_jobs(
-    jobs: Sequence[SimJob], queues: Sequence[Queue], quotas: Sequence[TeamQuota]
+    jobs: Sequence[SimJob],
+    queues: Sequence[Queue],
+    quotas: Sequence[TeamQuota],
+    dra: DraCluster | None = None,
 ) -> list[JobState]:
-    """One state per job; templates and requests are parsed once, shared by equal jobs."""
+    """One state per job; templates and requests are parsed once, shared by equal jobs.
+
+    With ``dra``, a job whose whole GPUs go through DRA keeps its request (the
+    simulator's book counts ``nvidia.com/gpu``) but shows the core a template
+    that asks them through a claim.
+    """
     team_of = {(q.namespace, q.name): q.team_quota for q in queues}
     known = {q.name for q in quotas}
     templates: dict[tuple[object, ...], tuple[PodTemplate, Mapping[str, int], str]] = {}
@@ -160,7 +178,10 @@ def prepare_jobs(
         if key not in templates:
             template = job.template()
             try:
-                templates[key] = (template, pod_request(template), "")
+                parsed = pod_request(template)
+                if dra is not None and dra.asks_devices(job.request, job.node_selector):
+                    template = dra.template(template, parsed.get(GPU, 0) // ONE)
+                templates[key] = (template, parsed, "")
             except InvalidSpecError as invalid:
                 why = f"{JOB_TEMPLATE}.{invalid.field}: {invalid.detail}"
                 templates[key] = (template, {}, why)

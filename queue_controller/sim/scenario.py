@@ -21,6 +21,7 @@ from queue_controller.core import (
 )
 from queue_controller.core.model import Topology, TopologyRequest
 from queue_controller.core.resources import is_extended
+from queue_controller.sim.dra import DraCluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,8 @@ class Scenario:
     cohorts: tuple[Cohort, ...] = ()
     # The Topology objects Queues name (Queue.topology_name); the core places by them.
     topologies: tuple[Topology, ...] = ()
+    # `--dra`: whole GPUs asked and offered through DRA (sim.dra); None: nvidia.com/gpu.
+    dra: DraCluster | None = None
     # Where each part came from, for the report ("bundled", a file name, "--generate seed=7").
     sources: Mapping[str, str] = field(default_factory=dict)
 

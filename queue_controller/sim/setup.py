@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from queue_controller.errors import InputError
 from queue_controller.sim.scenario import Scenario
 
 
@@ -19,6 +20,43 @@ def with_topology(scenario: Scenario, topology: str | None, *, seed: int) -> Sce
     path = topologyspec.bundled_file() if topology == "bundled" else Path(topology)
     where = "bundled sim-topology.yaml" if topology == "bundled" else topology
     return topologyspec.apply(topologyspec.load(path), scenario, seed=seed, where=where)
+
+
+def with_dra(scenario: Scenario, dra: bool) -> Scenario:
+    """``scenario`` with its whole GPUs asked and offered through DRA, if ``dra``
+    (``--dra``: see :mod:`queue_controller.sim.dra`)."""
+    if not dra:
+        return scenario
+    from queue_controller.core.requests import InvalidSpecError, pod_request
+    from queue_controller.core.resources import GPU, ONE
+    from queue_controller.sim import dra as sim_dra
+    from queue_controller.sim.gpus import PRODUCT_LABEL
+
+    shapes: set[tuple[str, int, str]] = set()
+    for job in scenario.jobs:
+        try:
+            gpus = pod_request(job.template()).get(GPU, 0) // ONE
+        except InvalidSpecError:
+            continue  # the run reports it invalid
+        if gpus:
+            shapes.add((job.namespace, gpus, job.node_selector.get(PRODUCT_LABEL, "")))
+    cluster = sim_dra.build(scenario.nodes, sorted(shapes))
+    if not cluster.devices:
+        raise InputError(
+            "no node of the cluster offers whole, unshared nvidia.com/gpu to offer as DRA "
+            "devices (MIG and time-sliced GPUs stay extended resources)",
+            field="--dra",
+        )
+    offered = sum(cluster.devices.values())
+    described = (
+        f"whole GPUs as {DRIVER_CLASS} devices: {offered} on {len(cluster.devices)} nodes, "
+        f"{len(cluster.claim_templates)} ResourceClaimTemplates; MIG and time-sliced GPUs "
+        "stay extended resources"
+    )
+    return replace(scenario, dra=cluster, sources={**scenario.sources, "dra": described})
+
+
+DRIVER_CLASS = "DeviceClass gpu.nvidia.com"
 
 
 def build_scenario(

@@ -198,6 +198,7 @@ def test_report_json_is_exactly_the_issues_shape() -> None:
         "faults",
         "preemption",
         "terminationGracePeriodSeconds",
+        "dra",
         "policies",
         "upper_bound",
     ]
