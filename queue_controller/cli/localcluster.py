@@ -89,6 +89,13 @@ def local_cluster() -> None:
     help="Publish each GPU node's devices as a ResourceSlice of gpu.nvidia.com, "
     "with DeviceClasses gpu.nvidia.com and mig.nvidia.com (see deploy/local-cluster/DRA.md).",
 )
+@click.option(
+    "--audit-policy",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="An audit Policy file: the API server logs requests (with user agents) to "
+    "STATE_DIR/logs/audit.log.  Off by default.",
+)
 def up(
     bin_dir: Path,
     state_dir: Path,
@@ -97,6 +104,7 @@ def up(
     sizes: tuple[str, ...],
     timeout: float,
     dra: bool,
+    audit_policy: Path | None,
 ) -> None:
     """Start the cluster and wait until every fake node is Ready.
 
@@ -104,7 +112,7 @@ def up(
     """
     pools = nodepools.load(node_file).resized(_sizes(sizes))
     LocalCluster(_layout(bin_dir, state_dir, stages), report=click.echo).up(
-        pools, timeout=timeout, dra=dra
+        pools, timeout=timeout, dra=dra, audit_policy=audit_policy
     )
 
 

@@ -80,6 +80,8 @@ class State:
     startup_seconds: float = 0.0
     # A controller started by `make run` (a Python process, told by its command line).
     controller_pid: int | None = None
+    # The API server's audit policy, if it keeps an audit log (kept for `restart`).
+    audit_policy: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> State | None:
@@ -193,10 +195,18 @@ class LocalCluster:
                 ) from None
             yield
 
-    def up(self, pools: NodePools, *, timeout: float = 180.0, dra: bool = True) -> Status:
+    def up(
+        self,
+        pools: NodePools,
+        *,
+        timeout: float = 180.0,
+        dra: bool = True,
+        audit_policy: Path | None = None,
+    ) -> Status:
         """Start everything and wait until the nodes are Ready; a running cluster is left alone.
 
         ``dra``: also publish each GPU node's devices as a ResourceSlice (see devices.py).
+        ``audit_policy``: the API server keeps an audit log under logs/ by this policy.
         """
         with self._locked():
             current = self.status()
@@ -220,7 +230,10 @@ class LocalCluster:
             if self.layout.state_dir.exists():
                 shutil.rmtree(self.layout.state_dir)  # a stale, fully stopped cluster
             started = time.monotonic()
-            state = State(started=time.time())
+            state = State(
+                started=time.time(),
+                audit_policy=str(audit_policy.resolve()) if audit_policy else None,
+            )
             try:
                 self._start(state, pools, deadline=started + timeout, dra=dra)
             except BaseException:
@@ -274,7 +287,12 @@ class LocalCluster:
     def _wiring(self, state: State, pki: pki_module.Pki) -> components.Wiring:
         layout = self.layout
         return components.Wiring(
-            state.ports, pki, layout.kubeconfig, layout.state_dir, layout.stages
+            state.ports,
+            pki,
+            layout.kubeconfig,
+            layout.state_dir,
+            layout.stages,
+            Path(state.audit_policy) if state.audit_policy else None,
         )
 
     def _spawn(self, name: str, args: list[str]) -> int:

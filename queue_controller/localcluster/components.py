@@ -34,6 +34,12 @@ class Wiring:
     kubeconfig: Path
     data_dir: Path
     stages: Path
+    # An audit policy file: the API server then logs each request, with its user agent,
+    # to logs/audit.log (`make bench-e2e` counts requests per client from it).
+    audit_policy: Path | None = None
+
+
+AUDIT_LOG = Path("logs") / "audit.log"  # under the state directory
 
 
 def arguments(name: str, wiring: Wiring) -> list[str]:
@@ -54,7 +60,21 @@ def arguments(name: str, wiring: Wiring) -> list[str]:
             "--quota-backend-bytes=8589934592",
         ]
     if name == "kube-apiserver":
+        audit = (
+            [
+                f"--audit-policy-file={wiring.audit_policy.resolve()}",
+                f"--audit-log-path={wiring.data_dir / AUDIT_LOG}",
+                "--audit-log-format=json",
+                # Batched: a blocking write per request would slow the API server measured.
+                "--audit-log-mode=batch",
+                "--audit-log-batch-max-wait=1s",  # on disk within a second of the request
+                "--audit-log-maxsize=0",  # one file, never rotated
+            ]
+            if wiring.audit_policy is not None
+            else []
+        )
         return [
+            *audit,
             f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",

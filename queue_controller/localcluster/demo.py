@@ -54,7 +54,7 @@ class Demo:
     def run(self, pools: NodePools, *, watch_seconds: float, gap_seconds: float = 1.0) -> None:
         self.cluster.up(pools)
         self._install()
-        self._start_controller()
+        self.start_controller()
         self._submit(gap_seconds)
         if watch_seconds > 0:
             self._watch(watch_seconds)
@@ -96,14 +96,16 @@ class Demo:
             kubectl("apply", "-f", str(examples / name))
         self.report("CRDs, namespaces, TeamQuotas, the Cohort, Topologies and Queues installed")
 
-    def _start_controller(self) -> None:
+    def start_controller(self) -> int:
+        """Start `queue-controller run` as `make run` does (also what `make bench-e2e`
+        measures); its PID, kept in the cluster's state so that `down` stops it."""
         layout = self.cluster.layout
         state = State.load(layout.state_file)
         if state is None:
             raise ClusterError("the local cluster is not running")
-        if controller_alive(state.controller_pid):
+        if state.controller_pid is not None and controller_alive(state.controller_pid):
             self.report(f"the controller is already running (pid {state.controller_pid})")
-            return
+            return state.controller_pid
         port = _free_port()
         log = (layout.logs / "queue-controller.log").open("wb")
         process = subprocess.Popen(
@@ -141,6 +143,7 @@ class Demo:
                 raise ClusterError(f"the controller did not become ready; see {log_path}")
             time.sleep(0.25)
         self.report(f"controller running (pid {process.pid}, metrics on 127.0.0.1:{port}/metrics)")
+        return process.pid
 
     def _submit(self, gap_seconds: float) -> None:
         # The Jobs, then a plain Pod gang made pod by pod, as an operator makes one, then

@@ -1,0 +1,250 @@
+"""report.json, report.md and the plots of a `make bench-e2e` run, in the style of `simulate`.
+
+Every system's figures come from its SystemRun alone (the watch streams, the audit log,
+/proc), by the same arithmetic (watch.py), so the columns compare like with like.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from queue_controller.sim.plots import downsample
+from tests.bench.e2e.cost import per_gang
+from tests.bench.e2e.runner import SystemRun
+from tests.bench.e2e.watch import (
+    LONG_EPISODE,
+    SHORT_EPISODE,
+    backlog,
+    gang_latencies,
+    percentiles,
+    rate_within,
+    summarize_episodes,
+    time_weighted_mean,
+)
+
+REQUIRED = (
+    "admitted",
+    "admission_latency_seconds",
+    "bound_latency_seconds",
+    "throughput_gangs_per_second",
+    "partially_placed_gangs",
+    "partially_placed_gpu_seconds",
+    "evictions",
+    "gpu_allocation_saturated",
+    "makespan_seconds",
+    "api_requests_per_admitted_gang",
+    "cpu_seconds",
+    "peak_rss_bytes",
+)
+ALLOCATION_PNG = "allocation.png"
+LATENCY_PNG = "latency-cdf.png"
+
+
+def figures(run: SystemRun, total_gpus: float, *, queued: bool) -> dict[str, Any]:
+    """The report's figures for one system.  ``queued``: Jobs are held and released by a
+    system (admission = unsuspend); otherwise they start unsuspended, admission latency
+    is 0, and throughput counts gangs fully placed instead."""
+    gangs = list(run.recorder.gangs.values())
+    latencies = gang_latencies(gangs)
+    admitted = sum(1 for g in gangs if g.admitted)
+    placed_waits = [(g.submitted, g.placed[0] if g.placed else None) for g in gangs]
+    if queued:
+        waits = [(g.submitted, g.admitted[0] if g.admitted else None) for g in gangs]
+        served = [g.admitted[0] for g in gangs if g.admitted]
+    else:
+        waits, served = placed_waits, [g.placed[0] for g in gangs if g.placed]
+    admission_backlog = backlog(waits, run.end)
+    placement_backlog = backlog(placed_waits, run.end)
+    allocation = [(t, gpus / total_gpus) for t, gpus in run.recorder.allocation_steps]
+    episodes = summarize_episodes(run.episodes)
+    completed = [g.completed for g in gangs if g.completed is not None]
+    makespan = (
+        round(max(completed) - min(g.submitted for g in gangs), 1)
+        if gangs and len(completed) == len(gangs)
+        else None
+    )
+    throughput = rate_within(served, admission_backlog)
+    saturated = time_weighted_mean(allocation, placement_backlog)
+    whole_run = time_weighted_mean(allocation, [(0.0, run.end)])
+    return {
+        "admitted": admitted,
+        "admission_latency_seconds": percentiles(latencies["admission"]),
+        "bound_latency_seconds": percentiles(latencies["bound"]),
+        "throughput_gangs_per_second": None if throughput is None else round(throughput, 3),
+        "partially_placed_gangs": episodes.partially_placed_gangs,
+        "partially_placed_gpu_seconds": episodes.partially_placed_gpu_seconds,
+        "evictions": sum(len(g.resuspended) for g in gangs),
+        "gpu_allocation_saturated": None if saturated is None else round(saturated, 4),
+        "makespan_seconds": makespan,
+        "api_requests_per_admitted_gang": per_gang(run.requests, admitted, run.clients),
+        "cpu_seconds": run.cost.cpu_seconds if run.cost else None,
+        "peak_rss_bytes": run.cost.peak_rss_bytes if run.cost else None,
+        # -- beyond the required keys --
+        "running_latency_seconds": percentiles(latencies["running"]),
+        "throughput_basis": "first unsuspend" if queued else "whole gang bound",
+        "submitted": len(gangs),
+        "fully_placed": sum(1 for g in gangs if g.placed),
+        "completed": len(completed),
+        "timed_out": run.timed_out,
+        "members_lost": sum(g.members_lost for g in gangs),
+        "partial_episodes": {
+            f"over_{LONG_EPISODE:g}s": episodes.long_episodes,
+            f"under_{SHORT_EPISODE:g}s": episodes.short_episodes,
+            f"under_{SHORT_EPISODE:g}s_gpu_seconds": episodes.short_gpu_seconds,
+            "between": episodes.middle_episodes,
+        },
+        "gpu_allocation_mean": None if whole_run is None else round(whole_run, 4),
+        "saturated_seconds": round(sum(e - s for s, e in placement_backlog), 1),
+        "api_requests_by_client": run.requests,
+        "wall_seconds": run.wall_seconds,
+        "cluster_start_seconds": run.cluster_seconds,
+        "run_seconds": round(run.end, 1),
+        "submit_errors": run.submit_errors[:20],
+        "watch_restarts": run.watch_restarts,
+    }
+
+
+def write(
+    out: Path,
+    runs: Sequence[SystemRun],
+    systems: Mapping[str, dict[str, Any]],
+    header: Mapping[str, Any],
+    skipped: Mapping[str, str],
+    total_gpus: float,
+) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    report = {**header, "systems": dict(systems), "skipped": dict(skipped)}
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(markdown(report))
+    for run in runs:
+        with (out / run.name / "allocation.csv").open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["seconds", "gpu_allocation_fully_placed"])
+            writer.writerows(
+                (round(t, 3), round(g / total_gpus, 5)) for t, g in run.recorder.allocation_steps
+            )
+    plots(out, runs, total_gpus)
+    return out / "report.json"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    systems: dict[str, dict[str, Any]] = report["systems"]
+    names = list(systems)
+    rows: list[tuple[str, list[Any]]] = [
+        ("gangs admitted", [s["admitted"] for s in systems.values()]),
+        ("gangs completed", [s["completed"] for s in systems.values()]),
+    ]
+    for key, label in (
+        ("admission_latency_seconds", "admission latency"),
+        ("bound_latency_seconds", "admission to all bound"),
+        ("running_latency_seconds", "admission to all Running"),
+    ):
+        for q in ("p50", "p95", "p99"):
+            rows.append((f"{label} {q} (s)", [s[key][q] for s in systems.values()]))
+    rows += [
+        ("throughput at saturation (gangs/s)", [s["throughput_gangs_per_second"] for s in
+                                                 systems.values()]),
+        (f"partially placed gangs (> {LONG_EPISODE:g} s)", [s["partially_placed_gangs"] for s
+                                                             in systems.values()]),
+        ("partially placed GPU-seconds", [s["partially_placed_gpu_seconds"] for s in
+                                          systems.values()]),
+        (f"partial episodes under {SHORT_EPISODE:g} s", [
+            s["partial_episodes"][f"under_{SHORT_EPISODE:g}s"] for s in systems.values()]),
+        ("evictions (re-suspensions)", [s["evictions"] for s in systems.values()]),
+        ("GPU allocation at saturation", [s["gpu_allocation_saturated"] for s in
+                                          systems.values()]),
+        ("makespan (s)", [s["makespan_seconds"] for s in systems.values()]),
+        ("API requests per admitted gang: system", [
+            s["api_requests_per_admitted_gang"]["system"] for s in systems.values()]),
+        ("API requests per admitted gang: all but the harness", [
+            s["api_requests_per_admitted_gang"]["total"] for s in systems.values()]),
+        ("CPU seconds (system process)", [s["cpu_seconds"] for s in systems.values()]),
+        ("peak RSS (MiB)", [None if s["peak_rss_bytes"] is None else
+                            round(s["peak_rss_bytes"] / 2**20, 1) for s in systems.values()]),
+        ("wall seconds (cluster, run, teardown)", [s["wall_seconds"] for s in
+                                                    systems.values()]),
+    ]  # fmt: skip
+    lines = [
+        "# bench-e2e: one GPU trace through each system on a fresh local control plane",
+        "",
+        f"- Trace: {report['trace']['source']}: {report['trace']['gangs']} gangs, "
+        f"{report['trace']['pods']} pods.",
+        f"- Cluster: {report['cluster']['nodes']} kwok nodes {report['cluster']['pools']}, "
+        f"{report['cluster']['gpus']:,.0f} GPUs (a MIG slice counts as its compute share).",
+        "- Measured from outside, by watching Jobs and Pods (client-side times); API "
+        "requests from the API server's audit log, by user agent.",
+    ]
+    if report["trace"].get("credit"):
+        lines.append(f"- Trace credit: {report['trace']['credit']}.")
+    for name, why in report.get("skipped", {}).items():
+        lines.append(f"- {name} skipped: {why}")
+    lines += ["", "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines += [f"| {label} | " + " | ".join(_cell(v) for v in values) + " |"
+              for label, values in rows]  # fmt: skip
+    lines += [
+        "",
+        f"![GPU allocation to fully placed gangs]({ALLOCATION_PNG})",
+        f"![Latency CDFs]({LATENCY_PNG})",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plots(out: Path, runs: Sequence[SystemRun], total_gpus: float) -> None:
+    """Allocation over time per system, and admission / bound latency CDFs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from tests.bench.e2e.watch import gang_latencies
+
+    figure, axes = plt.subplots(figsize=(10, 5), dpi=100)
+    for run in runs:
+        times = [t for t, _ in run.recorder.allocation_steps] + [run.end]
+        values = [g / total_gpus for _, g in run.recorder.allocation_steps]
+        values.append(values[-1])
+        times, values = downsample(times, values)
+        axes.step(times, values, where="post", label=run.name)
+    axes.set_xlabel("seconds since the first submission")
+    axes.set_ylabel("GPUs held by fully placed gangs / all GPUs")
+    axes.set_ylim(0, 1.05)
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(out / ALLOCATION_PNG)
+    plt.close(figure)
+
+    figure, panels = plt.subplots(1, 2, figsize=(10, 5), dpi=100)
+    for panel, (kind, title) in zip(
+        panels,
+        (("admission", "submit to admission"), ("bound", "admission to all members bound")),
+        strict=True,
+    ):
+        for run in runs:
+            values = sorted(gang_latencies(run.recorder.gangs.values())[kind])
+            if values:
+                fractions = [(i + 1) / len(values) for i in range(len(values))]
+                panel.step(values, fractions, where="post", label=run.name)
+        panel.set_title(title)
+        panel.set_xlabel("seconds")
+        panel.set_ylabel("fraction of gangs")
+        panel.grid(alpha=0.3)
+        panel.legend()
+    figure.tight_layout()
+    figure.savefig(out / LATENCY_PNG)
+    plt.close(figure)

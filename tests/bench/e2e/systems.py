@@ -1,0 +1,213 @@
+"""The systems under test, each installed on a freshly started local control plane.
+
+* ``queue-controller``: our CRDs, a TeamQuota and a Queue per team, and the controller
+  started as `make run` starts it (Demo.start_controller).
+* ``kueue``: Kueue v0.17.0, from tests/bench/e2e/kueue.py (written apart); optional.
+* ``no-queue``: nothing: the Jobs start unsuspended and kube-scheduler alone places pods.
+
+Each system gets the same kwok nodes, teams and waiting rules (teams.py); only the queue
+label on the Jobs differs (trace.job_manifest).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from queue_controller.localcluster import LocalCluster
+from queue_controller.localcluster.demo import LEASE_NAMESPACE, Demo
+from tests.bench.e2e.shape import ROOT, ClusterShape
+from tests.bench.e2e.teams import QUEUE_NAME, QueueSettings, TeamSpec
+from tests.bench.e2e.trace import OUR_QUEUE_LABEL
+
+SYSTEMS = ("queue-controller", "kueue", "no-queue")
+Report = Callable[[str], None]
+
+
+class SystemUnavailable(Exception):
+    """The system cannot run on this branch or machine (said in the report, then skipped)."""
+
+
+class System(Protocol):
+    name: str
+    queue_label: str | None  # None: Jobs are created unsuspended and unlabelled
+    clients: tuple[str, ...]  # its user agents' names in the audit log (cost.client_of)
+
+    def prepare(self) -> None:
+        """Whatever is needed before any cluster starts (a build); may raise
+        SystemUnavailable."""
+
+    def install(
+        self, cluster: LocalCluster, teams: Sequence[TeamSpec], settings: QueueSettings
+    ) -> None: ...
+
+    def start(self, cluster: LocalCluster) -> int | None:
+        """Start it; the PID whose CPU and memory are its cost (None: no process)."""
+
+    def stop(self) -> None: ...
+
+
+def apply(cluster: LocalCluster, objects: Sequence[dict[str, Any]]) -> None:
+    if objects:
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
+        )
+
+
+def namespaces(teams: Sequence[TeamSpec]) -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        for ns in sorted({t.namespace for t in teams})
+    ]
+
+
+# -- queue-controller -------------------------------------------------------------------
+
+
+def team_quota(team: TeamSpec) -> dict[str, Any]:
+    resources: dict[str, dict[str, int]] = {}
+    for resource, nominal in team.nominal.items():
+        resources[resource] = {"nominal": nominal}
+        if resource in team.borrowing_limit:
+            resources[resource]["borrowingLimit"] = team.borrowing_limit[resource]
+    spec: dict[str, Any] = {"resources": resources}
+    if team.cohort:
+        spec["cohort"] = team.cohort
+    return {
+        "apiVersion": "queue-controller.io/v1alpha1",
+        "kind": "TeamQuota",
+        "metadata": {"name": team.name},
+        "spec": spec,
+    }
+
+
+def queue(team: TeamSpec, settings: QueueSettings) -> dict[str, Any]:
+    return {
+        "apiVersion": "queue-controller.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": QUEUE_NAME, "namespace": team.namespace},
+        "spec": {
+            "teamQuota": team.name,
+            "podsReadyTimeoutSeconds": settings.pods_ready_timeout_seconds,
+            "requeue": {
+                "backoffBaseSeconds": settings.backoff_base_seconds,
+                "backoffMaxSeconds": settings.backoff_max_seconds,
+            },
+        },
+    }
+
+
+class QueueController:
+    name = "queue-controller"
+    queue_label: str | None = OUR_QUEUE_LABEL
+    clients: tuple[str, ...] = ("python-client",)
+
+    def prepare(self) -> None:
+        pass
+
+    def install(
+        self, cluster: LocalCluster, teams: Sequence[TeamSpec], settings: QueueSettings
+    ) -> None:
+        cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+        for plural in ("teamquotas", "cohorts", "topologies", "queues", "podgroups"):
+            cluster.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                f"crd/{plural}.queue-controller.io",
+            )
+        lease = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NAMESPACE}}
+        apply(cluster, [lease, *(team_quota(t) for t in teams)])
+        apply(cluster, [queue(t, settings) for t in teams])
+
+    def start(self, cluster: LocalCluster) -> int | None:
+        return Demo(cluster, root=ROOT, report=lambda _: None).start_controller()
+
+    def stop(self) -> None:
+        pass  # LocalCluster.down stops the controller first, by the PID in its state
+
+
+# -- no queue ----------------------------------------------------------------------------
+
+
+class NoQueue:
+    name = "no-queue"
+    queue_label: str | None = None
+    clients: tuple[str, ...] = ()
+
+    def prepare(self) -> None:
+        pass
+
+    def install(
+        self, cluster: LocalCluster, teams: Sequence[TeamSpec], settings: QueueSettings
+    ) -> None:
+        pass
+
+    def start(self, cluster: LocalCluster) -> int | None:
+        return None
+
+    def stop(self) -> None:
+        pass
+
+
+# -- Kueue --------------------------------------------------------------------------------
+
+
+class KueueSystem:
+    """Kueue v0.17.0 through tests/bench/e2e/kueue.py, imported only when asked for."""
+
+    name = "kueue"
+    queue_label: str | None = "kueue.x-k8s.io/queue-name"  # kueue.QUEUE_LABEL, once imported
+    clients: tuple[str, ...] = ("kueue", "manager")
+
+    def __init__(self, bin_dir: Path, workdir: Path, gpu_products: Sequence[str]) -> None:
+        self.bin_dir, self.workdir, self.gpu_products = bin_dir, workdir, gpu_products
+        self.module: Any = None
+        self.binary: Path | None = None
+        self.instance: Any = None
+
+    def prepare(self) -> None:
+        try:
+            self.module = importlib.import_module("tests.bench.e2e.kueue")
+        except ModuleNotFoundError as error:
+            if error.name != "tests.bench.e2e.kueue":
+                raise
+            raise SystemUnavailable("kueue: not available on this branch") from None
+        self.queue_label = str(self.module.QUEUE_LABEL)
+        try:
+            self.binary = self.module.build(self.bin_dir)
+        except Exception as error:  # a failed go install: say why, run the others
+            raise SystemUnavailable(f"kueue: build failed: {error}") from error
+
+    def install(
+        self, cluster: LocalCluster, teams: Sequence[TeamSpec], settings: QueueSettings
+    ) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.instance = self.module.Kueue(
+            kubeconfig=cluster.layout.kubeconfig, workdir=self.workdir, binary=self.binary
+        )
+        self.instance.install(teams, settings, self.gpu_products)
+
+    def start(self, cluster: LocalCluster) -> int | None:
+        self.instance.start()
+        return int(self.instance.pid)
+
+    def stop(self) -> None:
+        if self.instance is not None:
+            self.instance.stop()
+
+
+def make(name: str, *, shape: ClusterShape, workdir: Path) -> System:
+    if name == "queue-controller":
+        return QueueController()
+    if name == "no-queue":
+        return NoQueue()
+    if name == "kueue":
+        return KueueSystem(ROOT / "deploy" / "local-cluster" / "bin", workdir, shape.products)
+    raise ValueError(f"unknown system {name!r}; one of {', '.join(SYSTEMS)}")
