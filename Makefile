@@ -5,11 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim bench-gpu bench-translate bench-preemption \
-        clean help \
+        bench-e2e clean help \
         cluster-build cluster-up cluster-down cluster-status
 
 help:  ## List the targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # Rebuild the virtualenv only when the declared dependencies change.
 $(STAMP): pyproject.toml
@@ -82,6 +82,11 @@ bench-translate: $(STAMP)  ## One controller cycle: translating the raw objects 
 
 bench-preemption: $(STAMP)  ## An admission cycle with preemption considered, against without, at 1,000 and 5,000 nodes
 	$(BIN)/python -m tests.bench.bench_preemption
+
+# Each system in turn on its own freshly started local cluster (state under the report
+# folder, never .cluster), the cluster taken down after it; report in ./bench-e2e-report.
+bench-e2e: $(STAMP) cluster-build  ## One GPU trace through queue-controller, Kueue and no queue, side by side; ARGS="--nodes 200 --jobs 400", SYSTEMS=queue-controller
+	$(BIN)/python -m tests.bench.e2e $(ARGS) $(if $(SYSTEMS),--systems $(SYSTEMS))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

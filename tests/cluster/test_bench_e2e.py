@@ -1,0 +1,64 @@
+"""`make bench-e2e` at its smallest, so that the harness cannot rot.
+
+The harness starts its own local control plane in a state directory under tmp_path, on
+free loopback ports, and takes it down at the end: it never touches the session cluster
+of conftest.py (.cluster-test), which may be running beside it.  queue-controller only,
+20 nodes, 40 short gangs: every part runs (trace, cluster, controller, watch streams,
+audit log, /proc, report, plots) in about two minutes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bench.e2e.__main__ import Progress, main
+from tests.bench.e2e.report import REQUIRED
+from tests.bench.e2e.trace import OPENB_DIR
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(not OPENB_DIR.exists(), reason="the openb trace is not here"),
+]
+
+
+def test_bench_e2e_replays_a_small_trace_through_queue_controller(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    path = main(
+        [
+            "--nodes=20",
+            "--jobs=40",
+            "--runtime=5-20",
+            "--systems=queue-controller",
+            f"--out={out}",
+            "--timeout=240",
+        ],
+        progress=Progress(io.StringIO()),
+    )
+    report = json.loads(path.read_text())
+    figures = report["systems"]["queue-controller"]
+    assert set(REQUIRED) <= set(figures)
+    assert figures["admitted"] > 0
+    assert figures["completed"] == figures["submitted"] == 40, figures
+    assert not figures["timed_out"]
+    assert figures["partially_placed_gpu_seconds"] == 0
+    assert figures["partially_placed_gangs"] == 0
+    for key in ("admission_latency_seconds", "bound_latency_seconds"):
+        p = figures[key]
+        assert 0 <= p["p50"] <= p["p95"] <= p["p99"], (key, p)
+    assert figures["throughput_gangs_per_second"] > 0
+    assert 0 < figures["gpu_allocation_saturated"] <= 1
+    assert figures["makespan_seconds"] > 0
+    assert figures["evictions"] >= 0
+    requests = figures["api_requests_per_admitted_gang"]
+    assert requests["system"] > 0  # the controller's own requests, from the audit log
+    assert requests["total"] >= requests["system"]
+    assert figures["cpu_seconds"] > 0
+    assert figures["peak_rss_bytes"] > 10 * 2**20
+    for name in ("report.md", "allocation.png", "latency-cdf.png"):
+        assert (out / name).stat().st_size > 0
+    assert "queue-controller" in (out / "report.md").read_text()
+    assert not (out / "clusters" / "queue-controller").exists()  # taken down
