@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -151,7 +152,14 @@ def main(argv: Sequence[str] | None = None, *, progress: Progress | None = None)
             skipped[name] = str(why)
             progress.done(str(why))
             continue
-        run = run_system(system, config, progress)
+        try:
+            run = run_system(system, config, progress)
+        except Exception as error:  # one system failing must not lose the others' figures
+            (out / name).mkdir(parents=True, exist_ok=True)
+            (out / name / "error.txt").write_text(traceback.format_exc())
+            skipped[name] = f"{name}: failed: {error} (see {out / name / 'error.txt'})"
+            progress.done(skipped[name])
+            continue
         runs.append(run)
         results[name] = figures(run, shape.total_gpus, queued=system.queue_label is not None)
         progress.done(

@@ -191,7 +191,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     if report["trace"].get("credit"):
         lines.append(f"- Trace credit: {report['trace']['credit']}.")
     for name, why in report.get("skipped", {}).items():
-        lines.append(f"- {name} skipped: {why}")
+        lines.append(f"- Skipped {name}: {why}")
     lines += ["", "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {label} | " + " | ".join(_cell(v) for v in values) + " |"
               for label, values in rows]  # fmt: skip
