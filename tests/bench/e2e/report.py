@@ -127,7 +127,8 @@ def write(
             writer.writerows(
                 (round(t, 3), round(g / total_gpus, 5)) for t, g in run.recorder.allocation_steps
             )
-    plots(out, runs, total_gpus)
+    if runs:
+        plots(out, runs, total_gpus)
     return out / "report.json"
 
 
@@ -192,6 +193,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"- Trace credit: {report['trace']['credit']}.")
     for name, why in report.get("skipped", {}).items():
         lines.append(f"- Skipped {name}: {why}")
+    if not names:
+        return "\n".join([*lines, "", "No system ran.", ""])
     lines += ["", "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {label} | " + " | ".join(_cell(v) for v in values) + " |"
               for label, values in rows]  # fmt: skip
