@@ -202,3 +202,40 @@ def test_audit_log_requests_are_counted_per_client(tmp_path: object) -> None:
     assert figures["total"] == 1.5  # the harness's own requests left out
     assert per_gang(None, 2, ())["total"] is None
     assert client_of("") == "unknown"
+
+
+def _brute_mean(
+    steps: list[tuple[float, float]], intervals: list[tuple[float, float]]
+) -> float | None:
+    total = sum(e - s for s, e in intervals)
+    if total <= 0:
+        return None
+    area = 0.0
+    for index, (t, value) in enumerate(steps):
+        until = steps[index + 1][0] if index + 1 < len(steps) else float("inf")
+        for start, end in intervals:
+            area += value * max(0.0, min(until, end) - max(t, start))
+    return area / total
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 100), st.floats(0, 1)), max_size=30),
+    st.lists(_interval, max_size=10),
+    st.lists(st.floats(0, 200), max_size=30),
+)
+def test_the_sweeps_agree_with_brute_force(
+    points: list[tuple[float, float]],
+    intervals: list[tuple[float, float]],
+    events: list[float],
+) -> None:
+    steps = sorted([(0.0, 0.0), *points])
+    merged = merge(intervals)
+    expected = _brute_mean(steps, merged)
+    got = time_weighted_mean(steps, merged)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected, abs=1e-9)
+    total = sum(e - s for s, e in merged)
+    inside = sum(1 for t in events if any(s <= t <= e for s, e in merged))
+    assert rate_within(events, merged) == (pytest.approx(inside / total) if total > 0 else None)

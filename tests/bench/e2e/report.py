@@ -59,7 +59,8 @@ def figures(run: SystemRun, total_gpus: float, *, queued: bool) -> dict[str, Any
         waits, served = placed_waits, [g.placed[0] for g in gangs if g.placed]
     admission_backlog = backlog(waits, run.end)
     placement_backlog = backlog(placed_waits, run.end)
-    allocation = [(t, gpus / total_gpus) for t, gpus in run.recorder.allocation_steps]
+    # Watch threads stamp times before taking the recorder's lock: sort the few that cross.
+    allocation = sorted((t, gpus / total_gpus) for t, gpus in run.recorder.allocation_steps)
     episodes = summarize_episodes(run.episodes)
     completed = [g.completed for g in gangs if g.completed is not None]
     makespan = (

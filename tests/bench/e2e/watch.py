@@ -13,6 +13,8 @@ Times are seconds since the run started, as the watcher saw them (client side).
 
 from __future__ import annotations
 
+import bisect
+import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -248,28 +250,41 @@ def length(intervals: Sequence[tuple[float, float]]) -> float:
 def time_weighted_mean(
     steps: Sequence[tuple[float, float]], intervals: Sequence[tuple[float, float]]
 ) -> float | None:
-    """The mean over ``intervals`` (disjoint) of the step function ``steps`` ((t, value)
-    sorted by t, each value holding until the next step; 0 before the first)."""
+    """The mean over ``intervals`` (sorted, disjoint: merge()) of the step function
+    ``steps`` ((t, value) sorted by t, each value holding until the next step).
+
+    One sweep over both: tens of thousands of steps (a bind or a finish each) and as many
+    backlog intervals stay linear.
+    """
     total = length(intervals)
     if total <= 0:
         return None
-    area = 0.0
+    area, first = 0.0, 0
     for index, (t, value) in enumerate(steps):
-        until = steps[index + 1][0] if index + 1 < len(steps) else float("inf")
-        for start, end in intervals:
-            overlap = min(until, end) - max(t, start)
+        until = steps[index + 1][0] if index + 1 < len(steps) else math.inf
+        while first < len(intervals) and intervals[first][1] <= t:
+            first += 1
+        k = first
+        while k < len(intervals) and intervals[k][0] < until:
+            overlap = min(until, intervals[k][1]) - max(t, intervals[k][0])
             if overlap > 0:
                 area += value * overlap
+            k += 1
     return area / total
 
 
 def rate_within(events: Iterable[float], intervals: Sequence[tuple[float, float]]) -> float | None:
-    """Events per second inside ``intervals`` (ends included: the admission that empties
-    the backlog happened while it existed)."""
+    """Events per second inside ``intervals`` (sorted, disjoint; ends included: the
+    admission that empties the backlog happened while it existed)."""
     total = length(intervals)
     if total <= 0:
         return None
-    inside = sum(1 for t in events if any(start <= t <= end for start, end in intervals))
+    starts = [start for start, _ in intervals]
+    inside = 0
+    for t in events:
+        index = bisect.bisect_right(starts, t) - 1
+        if index >= 0 and t <= intervals[index][1]:
+            inside += 1
     return inside / total
 
 
