@@ -106,7 +106,8 @@ def queue(team: TeamSpec, settings: QueueSettings) -> dict[str, Any]:
 class QueueController:
     name = "queue-controller"
     queue_label: str | None = OUR_QUEUE_LABEL
-    clients: tuple[str, ...] = ("python-client",)
+    # kopf watches (user agent kopf/...); the Python client writes (OpenAPI-Generator/...).
+    clients: tuple[str, ...] = ("python-client", "kopf")
 
     def prepare(self) -> None:
         pass
