@@ -13,6 +13,7 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from tests.bench.e2e.apiwatch import USER_AGENT
@@ -63,8 +64,10 @@ def client_of(user_agent: str) -> str:
     return "python-client" if name == PYTHON_CLIENT else name
 
 
-def requests_by_client(audit_log: Path) -> dict[str, int] | None:
-    """Requests per client in an audit log; None if there is none."""
+def requests_by_client(audit_log: Path, since: float | None = None) -> dict[str, int] | None:
+    """Requests per client in an audit log, those completed at or after ``since`` (a Unix
+    time: the cluster's own start-up, node creation included, is nobody's cost); None if
+    there is no log."""
     if not audit_log.exists():
         return None
     counts: Counter[str] = Counter()
@@ -72,7 +75,14 @@ def requests_by_client(audit_log: Path) -> dict[str, int] | None:
         for line in handle:
             try:
                 event = json.loads(line)
-            except json.JSONDecodeError:
+                stamp = event.get("stageTimestamp")
+                if (
+                    since is not None
+                    and stamp
+                    and datetime.fromisoformat(stamp).timestamp() < since
+                ):
+                    continue
+            except ValueError:
                 continue  # a line cut short as the server stopped
             counts[client_of(str(event.get("userAgent", "")))] += 1
     return dict(counts.most_common())

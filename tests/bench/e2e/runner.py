@@ -153,13 +153,14 @@ def run_system(system: System, config: RunConfig, progress: Progress) -> SystemR
     try:
         teams = config.trace.teams
         apply(cluster, namespaces(teams))
+        since = time.time()  # requests from here on: the system's and the run's
         system.install(cluster, teams, config.settings)
         pid = system.start(cluster)
         outcome.cluster_seconds = round(time.monotonic() - wall, 1)
         _replay(system, config, cluster, recorder, outcome, progress)
         outcome.cost = process_cost(pid) if pid is not None else None
         time.sleep(2)  # the audit log is written in batches, at most a second apart
-        outcome.requests = requests_by_client(cluster.layout.logs / "audit.log")
+        outcome.requests = requests_by_client(cluster.layout.logs / "audit.log", since)
     finally:
         try:
             system.stop()
