@@ -128,9 +128,31 @@ def write(
             writer.writerows(
                 (round(t, 3), round(g / total_gpus, 5)) for t, g in run.recorder.allocation_steps
             )
+        _gangs_csv(out / run.name / "gangs.csv", run)
     if runs:
         plots(out, runs, total_gpus)
     return out / "report.json"
+
+
+def _gangs_csv(path: Path, run: SystemRun) -> None:
+    """Each gang's times as the watch saw them (seconds since the run started)."""
+
+    def first(values: Sequence[float]) -> float | str:
+        return round(values[0], 3) if values else ""
+
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            ["gang", "pods", "gpus", "submitted", "admitted", "all_bound", "all_running",
+             "completed", "evictions", "admissions", "partial_episodes"]
+        )  # fmt: skip
+        for gang in run.recorder.gangs.values():
+            writer.writerow(
+                [gang.key, gang.pods, round(gang.gpus, 3), round(gang.submitted, 3),
+                 first(gang.admitted), first(gang.placed), first(gang.running),
+                 "" if gang.completed is None else round(gang.completed, 3),
+                 len(gang.resuspended), len(gang.admitted), len(gang.episodes)]
+            )  # fmt: skip
 
 
 def _cell(value: Any) -> str:

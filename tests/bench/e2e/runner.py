@@ -126,6 +126,7 @@ class Submitter(threading.Thread):
             gpus_per_pod=self.config.shape.gpus(gang.resource, gang.per_pod),
             suspended=label is not None,
         )
+        key = f"{gang.namespace}/{gang.name}"
         for attempt in range(5):
             try:
                 self.batch.create_namespaced_job(gang.namespace, body)  # type: ignore[arg-type]
@@ -133,12 +134,12 @@ class Submitter(threading.Thread):
             except ApiException as error:
                 if error.status == 409:
                     return
-                if attempt == 4:
-                    self.errors.append(f"{gang.namespace}/{gang.name}: {error.reason}")
+                why = f"{key}: {error.status} {error.reason}"
             except Exception as error:  # the API server busy or restarting
-                if attempt == 4:
-                    self.errors.append(f"{gang.namespace}/{gang.name}: {error}")
+                why = f"{key}: {error}"
             time.sleep(0.5 * (attempt + 1))
+        self.errors.append(why)
+        self.recorder.withdraw(key)
 
 
 def run_system(system: System, config: RunConfig, progress: Progress) -> SystemRun:

@@ -114,6 +114,11 @@ class Recorder:
                 gang.suspended = False
             self.gangs[key] = gang
 
+    def withdraw(self, key: str) -> None:
+        """A Job that could not be created: not waited for, not counted."""
+        with self._lock:
+            self.gangs.pop(key, None)
+
     def job(self, key: str, t: float, *, suspended: bool, complete: bool) -> None:
         with self._lock:
             gang = self.gangs.get(key)
