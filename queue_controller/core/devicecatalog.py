@@ -46,13 +46,15 @@ class PodDevices:
 
 
 class DeviceCatalog:
+    """One cycle's DRA: read the asks, then :meth:`settle`, then turn them into dimensions."""
+
     def __init__(self, snapshot: Snapshot, cache: SelectorCache | None = None) -> None:
         self._cache = cache if cache is not None else DEFAULT_CACHE
         self._classes = {c.name: c for c in snapshot.device_classes}
         self._claims = {(c.namespace, c.name): c for c in snapshot.resource_claims}
         templates = {(t.namespace, t.name): t for t in snapshot.claim_templates}
         self._reader = ClaimReader(self._classes, templates, self._claims, self._cache)
-        # By the identity of an ask in _asks (which keeps it alive).
+        # By the identity of an ask (the reader's memo keeps each alive).
         self._devices_of: dict[int, PodDevices] = {}
         self.dims: DeviceDims | None = None
         self._node_devices = offered(snapshot)
