@@ -396,6 +396,7 @@ class Kueue:
         self._ports: dict[str, int] = {}
         self._probe_namespace = "default"
         self._metrics_files: list[Path] = []
+        self._metrics_dirs: list[Path] = []
         self._installed = False
 
     # kubectl --------------------------------------------------------------------------
@@ -476,8 +477,10 @@ class Kueue:
         )
 
     def _install_metrics_certificate(self, certfile: Path, keyfile: Path) -> None:
+        missing = [d for d in (METRICS_CERT_DIR, *METRICS_CERT_DIR.parents) if not d.exists()]
         try:
             METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+            self._metrics_dirs = missing  # removed on stop, deepest first, if still empty
             for source in (certfile, keyfile):
                 target = METRICS_CERT_DIR / source.name
                 if not target.exists():
@@ -593,9 +596,10 @@ class Kueue:
         for path in self._metrics_files:
             path.unlink(missing_ok=True)
         self._metrics_files.clear()
-        with contextlib.suppress(OSError):
-            METRICS_CERT_DIR.rmdir()
-            METRICS_CERT_DIR.parent.rmdir()
+        for directory in self._metrics_dirs:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        self._metrics_dirs = []
 
     def _remaining(self) -> list[tuple[str, str, str]]:
         """(kind, namespace, name) of Kueue objects still there."""
@@ -713,6 +717,11 @@ def _own_cluster(state_dir: Path, report: Report) -> Iterator[Path]:
     try:
         local.up(pools, dra=False)
         yield layout.kubeconfig
+    except BaseException:
+        # down() removes the state directory: keep the components' logs beside it.
+        with contextlib.suppress(OSError):
+            shutil.copytree(layout.logs, state_dir.with_name("cluster-logs"), dirs_exist_ok=True)
+        raise
     finally:
         local.down()
 
