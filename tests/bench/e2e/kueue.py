@@ -196,7 +196,8 @@ def build(bin_dir: Path, *, report: Report = print) -> Path:
     command = ["go", "install", "-trimpath", f"-ldflags=-s -w {version}", package]
     report(f"building Kueue {KUEUE_VERSION} ({' '.join(command)})")
     started = time.monotonic()
-    _run(command, env={**_go_env(), "GOBIN": str(bin_dir)}, cwd=bin_dir)
+    # Outside any module: deploy/local-cluster's go.mod must not be the main module.
+    _run(command, env={**_go_env(), "GOBIN": str(bin_dir)}, cwd=Path(tempfile.gettempdir()))
     stamp.write_text(package + "\n")
     report(f"Kueue {KUEUE_VERSION} built in {time.monotonic() - started:.0f}s: {binary}")
     return binary
