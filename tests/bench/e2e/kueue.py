@@ -81,8 +81,19 @@ False or not applicable here:
   in v0.17.0's Configuration; irrelevant with VisibilityOnDemand off.
 * ``--kubeconfig`` works (controller-runtime v0.23.3 registers it in an ``init``); we pass the
   ``KUBECONFIG`` environment variable, which ``ctrl.GetConfigOrDie`` reads as well.
-The build time, the selftest's result and anything seen only at run time are in the report
-of the commit that added this module.
+Seen at run time (2 cores, Kubernetes v1.37.2 local cluster, 2026-12):
+* The build took 570 s with Go 1.26.8 (GOTOOLCHAIN=auto kept it), Kueue's dependencies not yet
+  in the module cache; the binary is 87 MB.  A rebuild with the stamp in place is skipped.
+* Without /etc/kueue/metrics/certs Kueue exits 1 at once ("Unable to initialize metrics
+  certificate watcher ... no such file").  With it, start-up to readyz plus webhook
+  registration takes about 5 s (install included).
+* One error line at start-up is expected and harmless: "Skipping admission check controller
+  setup: Provisioning Requests not supported" (no cluster-autoscaler CRD).
+* The selftest: a 2x4-GPU gang is unsuspended about 1 s after creation, its Workload reports
+  PodsReady (kwok marks pods Ready), it completes after its 10 s; a 3x4-GPU gang stays
+  suspended: "insufficient quota for nvidia.com/gpu in flavor default-flavor ... (12) >
+  maximum capacity (8)"; cpu/memory requests are ignored as configured.  stop() takes about
+  3 s and Kueue releases every finalizer itself; no webhook configuration is left.
 """
 
 from __future__ import annotations
