@@ -1,17 +1,12 @@
-"""A cycle's DRA devices: what each node offers and holds, and what each member asks.
+"""A cycle's DRA devices: each signed by the matchers it satisfies, and held where.
 
 Built once per cycle from the snapshot's DeviceClasses, ResourceSlices,
-ResourceClaims and ResourceClaimTemplates.  Each pod template's claims are
-resolved to *entries* (one per device request) over *matchers* (a DeviceClass
-and a request's selectors); once every gang of the cycle has been read, every
-device is given its signature (the matchers it satisfies, decided by CEL,
-cached per kind of device) and the entries become dimensions of the placer's
-vectors (:mod:`.devicedims`).
-
-Which devices a node offers: those of the ResourceSlices published for it
-(``spec.nodeName``), less those an allocated claim holds, less GPUs its health
-report took out of service.  Slices that are not bound to one node (network
-devices) are not placed on.
+ResourceClaims and ResourceClaimTemplates.  Each pod's claims are read into
+entries over matchers (:mod:`.deviceasks`); once every gang of the cycle has
+been read, every device a node offers (:mod:`.deviceoffers`) is given its
+signature (the matchers it satisfies, decided by CEL, cached per kind of
+device) and the entries become dimensions of the placer's vectors
+(:mod:`.devicedims`).
 
 Quota: a request's devices are charged, one unit each, to its DeviceClass's
 ``quota_resource`` (the ``queue-controller.io/quota-resource`` annotation), or
@@ -22,52 +17,22 @@ by every member; it is charged once per gang.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from itertools import combinations
 
+from queue_controller.core.deviceasks import ClaimReader, PodAsk
 from queue_controller.core.devicedims import ONE, DeviceDims, DimKind
+from queue_controller.core.deviceoffers import held, offered, offering
 from queue_controller.core.dra import (
-    ClaimTemplate,
     Device,
-    DeviceRequest,
-    ResourceClaim,
 )
 from queue_controller.core.dracel import DEFAULT_CACHE, SelectorCache
 from queue_controller.core.model import BoundPod, Node, PodClaim, Snapshot
 from queue_controller.core.prepared import Usage
-from queue_controller.core.requests import InvalidSpecError
 
 # A pod whose requests compete for devices is checked per set of them (Hall's
 # condition); beyond this many requests only pairs are.
 _MAX_HALL_REQUESTS = 4
-
-
-@dataclass(frozen=True, slots=True)
-class Matcher:
-    device_class: str
-    selectors: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One device request of a pod, resolved: what it asks of which matchers."""
-
-    kind: DimKind  # REQUEST (count), ALL or FIRST
-    matchers: tuple[int, ...]
-    counts: tuple[int, ...]  # devices per matcher (REQUEST: one; FIRST: per alternative)
-    label: str  # for messages: which claim and request
-    # (quota resource, devices) charged per member; None for a shared claim's
-    # requests, which are charged once per gang instead.
-    quota: tuple[str, int] | None
-
-
-@dataclass(frozen=True, slots=True)
-class PodAsk:
-    """What one pod of a template asks through its claims."""
-
-    entries: tuple[Entry, ...]
-    # Claims named by resourceClaimName (shared): claim key -> its quota charges.
-    shared: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,18 +46,19 @@ class PodDevices:
 
 
 class DeviceCatalog:
+    """One cycle's DRA: read the asks, then :meth:`settle`, then turn them into dimensions."""
+
     def __init__(self, snapshot: Snapshot, cache: SelectorCache | None = None) -> None:
         self._cache = cache if cache is not None else DEFAULT_CACHE
         self._classes = {c.name: c for c in snapshot.device_classes}
-        self._templates = {(t.namespace, t.name): t for t in snapshot.claim_templates}
         self._claims = {(c.namespace, c.name): c for c in snapshot.resource_claims}
-        self._matchers: dict[Matcher, int] = {}
-        self._asks: dict[tuple[tuple[PodClaim, ...], str], PodAsk] = {}
-        # By the identity of an ask in _asks (which keeps it alive).
+        templates = {(t.namespace, t.name): t for t in snapshot.claim_templates}
+        self._reader = ClaimReader(self._classes, templates, self._claims, self._cache)
+        # By the identity of an ask (the reader's memo keeps each alive).
         self._devices_of: dict[int, PodDevices] = {}
         self.dims: DeviceDims | None = None
-        self._node_devices = _offered(snapshot)
-        self._held = _held(snapshot)
+        self._node_devices = offered(snapshot)
+        self._held = held(snapshot)
 
     @staticmethod
     def wanted(snapshot: Snapshot) -> bool:
@@ -108,108 +74,13 @@ class DeviceCatalog:
 
         InvalidSpecError, naming the claim, when one cannot be read.
         """
-        key = (claims, namespace)
-        found = self._asks.get(key)
-        if found is None:
-            found = self._asks[key] = self._read(claims, namespace)
-        return found
-
-    def _read(self, claims: tuple[PodClaim, ...], namespace: str) -> PodAsk:
-        entries: list[Entry] = []
-        shared: dict[str, tuple[tuple[str, int], ...]] = {}
-        for index, pod_claim in enumerate(claims):
-            where = f"resourceClaims[{index}]"
-            if pod_claim.template_name:
-                claim_template = self._templates.get((namespace, pod_claim.template_name))
-                if claim_template is None:
-                    raise InvalidSpecError(
-                        f"ResourceClaimTemplate {namespace}/{pod_claim.template_name} does "
-                        "not exist",
-                        field=f"{where}.resourceClaimTemplateName",
-                    )
-                source = f"ResourceClaimTemplate {claim_template.name}"
-                entries.extend(self._entries(claim_template, source, where))
-                continue
-            claim = self._claims.get((namespace, pod_claim.claim_name))
-            if claim is None:
-                raise InvalidSpecError(
-                    f"ResourceClaim {namespace}/{pod_claim.claim_name} does not exist",
-                    field=f"{where}.resourceClaimName",
-                )
-            source = f"ResourceClaim {claim.name}"
-            claimed = self._entries(claim, source, where)
-            shared[f"{namespace}/{claim.name}"] = tuple(e.quota for e in claimed if e.quota)
-            # An allocated claim's devices are held already.  One that is not is
-            # asked of every member's node.  The allocator puts it on the node of the
-            # first member scheduled, so members that share it must share that node
-            # too: that is for the gang to ask (a required hostname topology); the
-            # README says so.
-            if not claim.allocated:
-                entries.extend(replace(e, quota=None) for e in claimed)
-        return PodAsk(tuple(entries), shared)
-
-    def _entries(
-        self, claim: ClaimTemplate | ResourceClaim, source: str, where: str
-    ) -> list[Entry]:
-        out = []
-        for request in claim.requests:
-            label = f"request {request.name} of {source}"
-            if request.alternatives:
-                matchers = tuple(self._matcher(a, source, where) for a in request.alternatives)
-                counts = []
-                for alternative in request.alternatives:
-                    if alternative.all_devices:
-                        raise InvalidSpecError(
-                            f"{source}: request {request.name}/{alternative.name} asks for all "
-                            "devices within firstAvailable, which queue-controller cannot place",
-                            field=where,
-                        )
-                    counts.append(alternative.count)
-                first = request.alternatives[0]
-                quota = (self._quota_resource(first.device_class), first.count)
-                out.append(
-                    Entry(DimKind.FIRST, matchers, tuple(counts), f"devices for {label}", quota)
-                )
-                continue
-            matcher = self._matcher(request, source, where)
-            quota = (self._quota_resource(request.device_class), request.count)
-            if request.all_devices:
-                label = f"all {request.device_class} devices for {label}"
-                out.append(Entry(DimKind.ALL, (matcher,), (0,), label, quota))
-            else:
-                label = f"{request.device_class} devices for {label}"
-                out.append(Entry(DimKind.REQUEST, (matcher,), (request.count,), label, quota))
-        return out
-
-    def _matcher(self, request: DeviceRequest, source: str, where: str) -> int:
-        device_class = self._classes.get(request.device_class)
-        if device_class is None:
-            raise InvalidSpecError(
-                f"{source}: request {request.name} names DeviceClass "
-                f"{request.device_class!r}, which does not exist",
-                field=where,
-            )
-        for owner, expressions in (
-            (f"DeviceClass {device_class.name}", device_class.selectors),
-            (f"{source}: request {request.name}", request.selectors),
-        ):
-            for expression in expressions:
-                try:
-                    self._cache.selector(expression)
-                except InvalidSpecError as error:
-                    raise InvalidSpecError(f"{owner}: {error.detail}", field=where) from None
-        matcher = Matcher(request.device_class, request.selectors)
-        return self._matchers.setdefault(matcher, len(self._matchers))
-
-    def _quota_resource(self, class_name: str) -> str:
-        device_class = self._classes.get(class_name)
-        return (device_class.quota_resource if device_class else "") or class_name
+        return self._reader.ask(claims, namespace)
 
     # -- once every pod has been read --------------------------------------------
 
     def settle(self) -> DeviceDims:
         """Give every device its signature; after this, asks become dimensions."""
-        matchers = sorted(self._matchers.items(), key=lambda item: item[1])
+        matchers = sorted(self._reader.matchers.items(), key=lambda item: item[1])
         expressions = [
             (*self._classes[m.device_class].selectors, *m.selectors) for m, _ in matchers
         ]
@@ -379,21 +250,8 @@ class DeviceCatalog:
             extra = {name: total[k] for k, name in enumerate(dims.base_names) if total[k]}
             for name in dims.derived:
                 extra[name] = dims.value(name, total, total)
-            out.append(_offering(node, extra))
+            out.append(offering(node, extra))
         return out
-
-
-def _offering(node: Node, extra: Mapping[str, int]) -> Node:
-    return Node(
-        name=node.name,
-        allocatable={**node.allocatable, **extra},
-        labels=node.labels,
-        taints=node.taints,
-        unschedulable=node.unschedulable,
-        conditions=node.conditions,
-        capacity={**node.capacity, **extra} if node.capacity else {},
-        gpu_health=node.gpu_health,
-    )
 
 
 def _summed(charges: Iterable[tuple[str, int]]) -> dict[str, int]:
@@ -401,61 +259,3 @@ def _summed(charges: Iterable[tuple[str, int]]) -> dict[str, int]:
     for resource, devices in charges:
         out[resource] = out.get(resource, 0) + devices * ONE
     return out
-
-
-def _offered(snapshot: Snapshot) -> dict[str, list[tuple[tuple[str, str], Device]]]:
-    """Node -> its devices ((driver, pool), device), less GPUs reported unhealthy."""
-    nodes = {node.name: node for node in snapshot.nodes}
-    out: dict[str, list[tuple[tuple[str, str], Device]]] = {}
-    for resource_slice in snapshot.resource_slices:
-        node = nodes.get(resource_slice.node)
-        if node is None:
-            continue  # not bound to one node, or a node that is gone
-        sick = _sick(node)
-        for device in resource_slice.devices:
-            if sick is not None and _is_sick(device, sick):
-                continue
-            out.setdefault(node.name, []).append(
-                ((resource_slice.driver, resource_slice.pool), device)
-            )
-    return out
-
-
-def _sick(node: Node) -> tuple[bool, frozenset[str], frozenset[int]] | None:
-    health = node.gpu_health
-    if health is None:
-        return None
-    return (
-        health.whole_node,
-        frozenset(g.uuid for g in health.unhealthy if g.uuid),
-        frozenset(g.index for g in health.unhealthy),
-    )
-
-
-def _is_sick(device: Device, sick: tuple[bool, frozenset[str], frozenset[int]]) -> bool:
-    whole, uuids, indexes = sick
-    attributes = device.attributes.get(device.driver, {})
-    uuid = attributes.get("uuid")
-    if whole or (isinstance(uuid, str) and uuid in uuids):
-        return True
-    # A whole GPU by its index, when the report gave no UUID (a MIG device's index
-    # is its parent's, and goes with it).
-    parent = attributes.get("parentUUID")
-    if isinstance(parent, str) and parent in uuids:
-        return True
-    index = attributes.get("parentIndex", attributes.get("index"))
-    return isinstance(index, int) and not isinstance(index, bool) and index in indexes
-
-
-def _held(snapshot: Snapshot) -> dict[tuple[str, str, str], str]:
-    """(driver, pool, device) held by an allocated claim -> the node it is on."""
-    where: dict[tuple[str, str], str] = {
-        (s.driver, s.pool): s.node for s in snapshot.resource_slices if s.node
-    }
-    held: dict[tuple[str, str, str], str] = {}
-    for claim in snapshot.resource_claims:
-        for device in claim.allocated:
-            node = where.get((device.driver, device.pool))
-            if node:
-                held[(device.driver, device.pool, device.device)] = node
-    return held

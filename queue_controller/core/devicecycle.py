@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from queue_controller.core.devicecatalog import DeviceCatalog, PodAsk
+from queue_controller.core.deviceasks import PodAsk
+from queue_controller.core.devicecatalog import DeviceCatalog
 from queue_controller.core.devicedims import is_device_dimension
 from queue_controller.core.model import BoundPod
 from queue_controller.core.prepared import Prepared, Usage
