@@ -3,9 +3,9 @@ catches up when the database is back."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
-import importlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
