@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -526,3 +527,59 @@ def test_the_weighted_share_is_written_and_leaves_when_fair_sharing_ends() -> No
     )
     c.apply(Planner(300).plan(seen(c.state, NOW), CycleResult((), usage, {}), now=NOW))
     assert "fairSharing" not in c.held("TeamQuota", "team", namespace="")["status"]
+
+
+def test_members_released_in_one_cycle_are_patched_together() -> None:
+    members = 4
+    c = cluster(
+        QUOTA,
+        job("bind", suspend=False),
+        group("bind", phase="Admitted", placement={"n1": members}, admittedAt=iso(5)),
+        *(pod(f"bind-{i}", gated=True, phase="Pending", owner="bind") for i in range(members)),
+    )
+    actions = c.plan()
+    assert len(only(actions, act.BindMember)) == members
+    # Each member's patch waits until every member's patch is under way: applied one
+    # at a time, the first would wait alone and the barrier would break.
+    barrier = threading.Barrier(members, timeout=10)
+    patch = c.fake.patch
+
+    def together(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        if resource.kind == "Pod":
+            barrier.wait()
+        return patch(resource, *args, **kwargs)
+
+    c.fake.patch = together  # type: ignore[method-assign]
+    assert c.apply(actions) == 0
+    for i in range(members):
+        gates = c.held("Pod", f"bind-{i}")["spec"].get("schedulingGates") or []
+        assert all(g["name"] != ADMISSION_GATE for g in gates)
+        assert c.held("Pod", f"bind-{i}")["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "n1"
+
+
+def test_a_member_whose_release_fails_is_counted_and_the_others_still_go() -> None:
+    c = cluster(
+        QUOTA,
+        job("bind", suspend=False),
+        group("bind", phase="Admitted", placement={"n1": 3}, admittedAt=iso(5)),
+        *(pod(f"bind-{i}", gated=True, phase="Pending", owner="bind") for i in range(3)),
+    )
+    actions = c.plan()
+    patch = c.fake.patch
+
+    def failing(resource: Any, namespace: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "bind-1":
+            raise gw.TransportError("no answer")
+        return patch(resource, namespace, name, *args, **kwargs)
+
+    c.fake.patch = failing  # type: ignore[method-assign]
+    assert c.apply(actions) == 1
+    released = [
+        i
+        for i in range(3)
+        if not any(
+            g["name"] == ADMISSION_GATE
+            for g in c.held("Pod", f"bind-{i}")["spec"].get("schedulingGates") or []
+        )
+    ]
+    assert released == [0, 2]
