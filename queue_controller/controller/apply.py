@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import singledispatchmethod
 from typing import Any
 
@@ -24,7 +24,7 @@ from queue_controller.controller.status import (
     topology_assignment,
     topology_domain,
 )
-from queue_controller.controller.writer import Writer
+from queue_controller.controller.writer import WRITE_THREADS, Writer
 from queue_controller.journal import JournalEvent
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import epoch_seconds
@@ -36,18 +36,23 @@ Obj = dict[str, Any]
 
 class Applier(Writer):
     async def apply_all(self, actions: list[act.Action]) -> int:
-        """Apply in order; a failed action is logged and skipped.  Returns how many failed.
+        """Apply; a failed action is logged and skipped.  Returns how many failed.
 
-        Members released in a row are patched together: each is its own pod, and one
-        at a time, a gang of 32 waited 32 round trips to be whole (issue 16).
+        Each gang's actions run in their planned order (its PodGroup is written before
+        its kind releases it; see above), and different gangs' lanes run at once: one
+        at a time, a cycle that admitted 200 gangs sent ~1,000 writes end to end while
+        the members of gangs admitted earlier waited for the next cycle (issue 16).
         """
         self._written.clear()
         self._groups.clear()
-        failed = 0
-        for batch in _batches(actions):
-            outcomes = await asyncio.gather(*(self._apply_one(action) for action in batch))
-            failed += sum(outcomes)
-        return failed
+        room = asyncio.Semaphore(WRITES_AT_ONCE)
+
+        async def in_order(lane: list[act.Action]) -> int:
+            async with room:
+                return sum([await self._apply_one(action) for action in lane])
+
+        outcomes = await asyncio.gather(*(in_order(lane) for lane in _lanes(actions)))
+        return sum(outcomes)
 
     async def _apply_one(self, action: act.Action) -> int:
         """1 if the action failed (logged), else 0."""
@@ -430,24 +435,29 @@ def _replacing(
     return out
 
 
-# Member releases sent at once; the gateway's calls run in asyncio's thread pool, which
-# bounds them again (a few per core).
-_BINDS_AT_ONCE = 32
+# Lanes written at once.  The gateway's calls run in the writer's own thread pool
+# (writer.WRITE_THREADS), sized to match.
+WRITES_AT_ONCE = WRITE_THREADS
 
 
-def _batches(actions: list[act.Action]) -> Iterator[list[act.Action]]:
-    """The actions in order: runs of BindMember in batches, every other action alone."""
-    run: list[act.Action] = []
+def _lane(action: act.Action) -> tuple[str, ...]:
+    """What an action must stay in order with: the other actions of its gang (which
+    share its subject), else the object it writes; a member's release is its own lane."""
+    if isinstance(action, act.BindMember):
+        return ("Pod", action.pod.ref.namespace, action.pod.ref.name)
+    if isinstance(action, act.QueueStatus):
+        return ("Queue", action.queue.namespace, action.queue.name)
+    if isinstance(action, act.TeamQuotaStatus):
+        return ("TeamQuota", action.quota.name)
+    if isinstance(action, act.DeleteOrphan):
+        return ("PodGroup", action.group_ref.namespace, action.group_ref.name)
+    who = action.subject
+    return ("gang", who.kind, who.namespace, who.name)
+
+
+def _lanes(actions: list[act.Action]) -> list[list[act.Action]]:
+    """The actions split into lanes, each in its planned order, lanes by first action."""
+    lanes: dict[tuple[str, ...], list[act.Action]] = {}
     for action in actions:
-        if isinstance(action, act.BindMember):
-            run.append(action)
-            if len(run) == _BINDS_AT_ONCE:
-                yield run
-                run = []
-            continue
-        if run:
-            yield run
-            run = []
-        yield [action]
-    if run:
-        yield run
+        lanes.setdefault(_lane(action), []).append(action)
+    return list(lanes.values())

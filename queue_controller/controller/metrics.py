@@ -95,6 +95,15 @@ class Metrics:
             buckets=_CYCLE_BUCKETS,
             registry=r,
         )
+        # Where a cycle's time goes, so that "cycles are slow" says which step to fix.
+        self.cycle_phase_seconds = Histogram(
+            p + "scheduling_cycle_phase_seconds",
+            "One step of an admission cycle: translate (raw objects to the snapshot), "
+            "core (the pure decisions), plan (decisions to writes), apply (the writes).",
+            ["phase"],
+            buckets=_CYCLE_BUCKETS,
+            registry=r,
+        )
         self.leader = Gauge(p + "leader", "1 while this replica holds the lease.", registry=r)
         self.api_writes = Counter(
             p + "api_writes",

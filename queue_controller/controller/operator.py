@@ -31,6 +31,7 @@ from queue_controller.controller.resync import Resync
 from queue_controller.controller.server import Health, HealthServer
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
+from queue_controller.controller.writer import WRITE_THREADS
 from queue_controller.errors import QueueControllerError
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker
@@ -50,7 +51,7 @@ class StartupError(QueueControllerError):
 def connect(settings: Settings) -> client.ApiClient:
     """Load credentials into the client's default configuration (kopf logs in from it too)."""
     try:
-        return credentials.api_client(settings.kubeconfig)
+        return credentials.api_client(settings.kubeconfig, connections=WRITE_THREADS)
     except credentials.CredentialsError as error:
         raise StartupError(str(error)) from None
 

@@ -11,8 +11,10 @@ forgotten and recomputed next cycle (Kueue's assume, then forget).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -28,6 +30,11 @@ from queue_controller.kube.views import Delete, MemberPod, Patch, Ref, Write
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 T = TypeVar("T")
+
+# Threads for the gateway's blocking calls.  asyncio's default pool has a few per core
+# (6 on 2 cores); writes wait on the API server, not on a core, so a burst of them
+# needs more in flight.  The gateway's connection pool is sized to match.
+WRITE_THREADS = 32
 
 
 class Writer:
@@ -49,13 +56,15 @@ class Writer:
         self._written: dict[tuple[str, str, str], str | None] = {}
         # PodGroups as our own writes in this cycle returned them, read once each.
         self._groups: dict[tuple[str, str, str], PodGroup] = {}
+        self._threads = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="write")
 
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         # Every write to the API goes through here: counted, so that the writes an
         # admission costs can be measured (and a write storm seen) from /metrics.
         resource = args[0].plural if args and isinstance(args[0], gw.Resource) else "events"
         self.metrics.api_writes.labels(function.__name__, resource).inc()
-        return await asyncio.to_thread(function, *args, **kwargs)
+        call = functools.partial(function, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
     def _version(self, ref: Ref) -> str | None:
         """The version to write against: ours if we wrote it this cycle, else the ref's."""

@@ -19,8 +19,10 @@ class CredentialsError(QueueControllerError):
     """No usable credentials: the process cannot reach the cluster at all."""
 
 
-def api_client(kubeconfig: Path | None = None) -> client.ApiClient:
-    """An API client with credentials loaded into the client's default configuration."""
+def api_client(kubeconfig: Path | None = None, *, connections: int = 10) -> client.ApiClient:
+    """An API client with credentials loaded into the client's default configuration,
+    keeping up to ``connections`` connections open (as many as calls made at once: past
+    the pool's size, urllib3 opens a connection per call and throws it away)."""
     try:
         if kubeconfig is not None:
             config.load_kube_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
@@ -31,4 +33,6 @@ def api_client(kubeconfig: Path | None = None) -> client.ApiClient:
                 config.load_kube_config()  # type: ignore[no-untyped-call]
     except (config.ConfigException, OSError) as error:
         raise CredentialsError(f"no usable cluster credentials: {error}") from None
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = connections
+    return client.ApiClient(configuration)

@@ -34,7 +34,7 @@ from queue_controller.core.model import (
 from queue_controller.core.requests import InvalidSpecError, pod_request
 from queue_controller.errors import InputError
 from queue_controller.kube import dra, kinds, nodehealth, objects
-from queue_controller.kube.fields import Obj, get, timestamp
+from queue_controller.kube.fields import Obj, describe, get, timestamp
 from queue_controller.kube.fields import objects as objects_of
 from queue_controller.kube.gangs import (
     WORKLOAD_KIND_LABEL,
@@ -44,6 +44,7 @@ from queue_controller.kube.gangs import (
     workload_of,
 )
 from queue_controller.kube.kinds import WorkloadKind
+from queue_controller.kube.memo import TranslationMemo
 from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
 from queue_controller.kube.views import MemberPod, Ref, member_pod, ref_of
 
@@ -52,10 +53,18 @@ SUPPORTED_KINDS = {(r.api_version, r.kind) for r in kinds.WATCHED}
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    """An object and where it came from ("dump.yaml document 3"), for messages."""
+    """An object and where it came from ("dump.yaml document 3"), for messages.
 
-    where: str
+    ``None``: the object's own ``Kind/namespace/name`` (the controller's objects), made
+    only when a message needs it: tens of thousands of objects a cycle, rarely a message.
+    """
+
+    origin: str | None
     obj: Obj
+
+    @property
+    def where(self) -> str:
+        return self.origin if self.origin is not None else describe(self.obj)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +95,55 @@ class Translation:
     node_health: dict[str, tuple[GpuHealth, float]]
 
 
+@dataclass(frozen=True, slots=True)
+class _PodPiece:
+    """A pod, read: its view (with the pod set its kind gives it), the gang that claims
+    it, and, when it is bound, what it holds of its node (or why that cannot be read)."""
+
+    pod: MemberPod
+    gang: tuple[str, str, str] | None  # (kind name, namespace, gang name)
+    request: dict[str, int] | InvalidSpecError | None
+
+
+def _read_pod(obj: Obj) -> _PodPiece:
+    pod = member_pod(obj)
+    gang = None
+    claimed = kinds.claim(pod)
+    if claimed is not None:
+        kind, membership = claimed
+        if membership.pod_set != pod.pod_set:
+            pod = replace(pod, pod_set=membership.pod_set)
+        gang = (kind.name, pod.ref.namespace, membership.workload)
+    request: dict[str, int] | InvalidSpecError | None = None
+    if pod.node_name:
+        try:
+            request = pod_request(pod.template)
+        except InvalidSpecError as error:
+            request = error  # reported at every cycle, as if read afresh
+    return _PodPiece(pod, gang, request)
+
+
+def _read_head(obj: Obj) -> tuple[str, str] | None:
+    """A queued head's namespace and name; None when it is in no queue."""
+    if not kinds.BY_HEAD[str(obj.get("kind"))].is_queued(obj):
+        return None
+    namespace = get(obj, "metadata.namespace", str, "default") or "default"
+    return namespace, get(obj, "metadata.name", str, "")
+
+
+def _read_node(obj: Obj) -> tuple[Node, tuple[GpuHealth, float] | None]:
+    node = objects.node(obj)
+    if node.gpu_health is None:
+        return node, None
+    state = nodehealth.condition(obj) or {}
+    return node, (node.gpu_health, timestamp(state, "lastTransitionTime") or 0.0)
+
+
 @dataclass
 class _Collected:
     nodes: list[Node] = field(default_factory=list)
     health: dict[str, tuple[GpuHealth, float]] = field(default_factory=dict)
-    pods: list[tuple[Located, MemberPod]] = field(default_factory=list)
+    pods: list[tuple[Located, _PodPiece]] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     quotas: list[QuotaView] = field(default_factory=list)
     cohorts: list[Cohort] = field(default_factory=list)
@@ -101,7 +154,10 @@ class _Collected:
     resource_slices: list[ResourceSlice] = field(default_factory=list)
     resource_claims: list[ResourceClaim] = field(default_factory=list)
     claim_templates: list[ClaimTemplate] = field(default_factory=list)
-    heads: dict[str, list[Located]] = field(default_factory=lambda: defaultdict(list))
+    # Kind -> its queued heads, each with its namespace and name.
+    heads: dict[str, list[tuple[Located, str, str]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
 
 
 def is_supported(obj: Obj) -> bool:
@@ -129,47 +185,54 @@ def phase_writer(obj: Obj) -> str | None:
     return others[0] if others else (FIELD_MANAGER if owners else None)
 
 
-def _collect_one(item: Located, into: _Collected) -> None:
+def _collect_one(item: Located, into: _Collected, memo: TranslationMemo) -> None:
     obj = item.obj
     kind = obj.get("kind")
     if kind == "Node":
-        node = objects.node(obj)
+        node, health = memo.piece(obj, lambda: _read_node(obj))
         into.nodes.append(node)
-        if node.gpu_health is not None:
-            state = nodehealth.condition(obj) or {}
-            into.health[node.name] = (
-                node.gpu_health,
-                timestamp(state, "lastTransitionTime") or 0.0,
-            )
+        if health is not None:
+            into.health[node.name] = health
     elif kind == "Pod":
-        into.pods.append((item, member_pod(obj)))
+        into.pods.append((item, memo.piece(obj, lambda: _read_pod(obj))))
     elif kind == "PriorityClass":
-        into.priority_classes.append(objects.priority_class(obj))
+        into.priority_classes.append(memo.piece(obj, lambda: objects.priority_class(obj)))
     elif kind == "TeamQuota":
         into.quotas.append(
-            QuotaView(objects.team_quota(obj), ref_of(TEAM_QUOTA, obj), _status(obj))
+            memo.piece(
+                obj,
+                lambda: QuotaView(objects.team_quota(obj), ref_of(TEAM_QUOTA, obj), _status(obj)),
+            )
         )
     elif kind == "Cohort":
-        into.cohorts.append(objects.cohort(obj))
+        into.cohorts.append(memo.piece(obj, lambda: objects.cohort(obj)))
     elif kind == "Topology":
-        into.topologies.append(objects.topology(obj))
+        into.topologies.append(memo.piece(obj, lambda: objects.topology(obj)))
     elif kind == "Queue":
-        into.queues.append(QueueView(objects.queue(obj), ref_of(QUEUE, obj), _status(obj)))
+        into.queues.append(
+            memo.piece(obj, lambda: QueueView(objects.queue(obj), ref_of(QUEUE, obj), _status(obj)))
+        )
     elif kind == "PodGroup":
         into.groups.append(
-            GroupView(objects.pod_group(obj), ref_of(POD_GROUP, obj), phase_writer(obj))
+            memo.piece(
+                obj,
+                lambda: GroupView(
+                    objects.pod_group(obj), ref_of(POD_GROUP, obj), phase_writer(obj)
+                ),
+            )
         )
     elif kind == "ResourceSlice":
-        into.resource_slices.append(dra.resource_slice(obj))
+        into.resource_slices.append(memo.piece(obj, lambda: dra.resource_slice(obj)))
     elif kind == "ResourceClaim":
-        into.resource_claims.append(dra.resource_claim(obj))
+        into.resource_claims.append(memo.piece(obj, lambda: dra.resource_claim(obj)))
     elif kind == "ResourceClaimTemplate":
-        into.claim_templates.append(dra.claim_template(obj))
+        into.claim_templates.append(memo.piece(obj, lambda: dra.claim_template(obj)))
     elif kind == "DeviceClass":
-        into.device_classes.append(dra.device_class(obj))
+        into.device_classes.append(memo.piece(obj, lambda: dra.device_class(obj)))
     elif isinstance(kind, str) and kind in kinds.BY_HEAD:
-        if kinds.BY_HEAD[kind].is_queued(obj):  # not in a queue: not ours to hold
-            into.heads[str(kind)].append(item)
+        head = memo.piece(obj, lambda: _read_head(obj))
+        if head is not None:  # None: not in a queue, not ours to hold
+            into.heads[str(kind)].append((item, *head))
     else:
         raise InputError(f"unsupported kind {obj.get('apiVersion')}/{kind}")
 
@@ -198,14 +261,22 @@ def _check_unique(items: Iterable[Located]) -> None:
 Skip = Callable[[InputError], None]
 
 
-def translate(items: Iterable[Located], *, now: float, skip: Skip | None = None) -> Translation:
+def translate(
+    items: Iterable[Located],
+    *,
+    now: float,
+    skip: Skip | None = None,
+    memo: TranslationMemo | None = None,
+) -> Translation:
     """Translate every object, once.
 
     Without ``skip`` (``plan``), the first bad object raises :class:`InputError`
     naming it.  With ``skip`` (the controller, which reads what the API server
     already accepted and must keep scheduling), a bad object is reported to
-    ``skip`` and left out.
+    ``skip`` and left out.  With ``memo`` (the controller, from cycle to cycle), an
+    object at the version it was read at last time is not read again.
     """
+    memo = memo if memo is not None else TranslationMemo()
 
     def fail(error: InputError) -> None:
         if skip is None:
@@ -218,14 +289,15 @@ def translate(items: Iterable[Located], *, now: float, skip: Skip | None = None)
     collected = _Collected()
     for item in items:
         try:
-            _collect_one(item, collected)
+            _collect_one(item, collected, memo)
         except InputError as error:
             fail(error.located(where=item.where))
     queues = {(q.model.namespace, q.model.name): q.model for q in collected.queues}
     index = GroupIndex(collected.groups)
     members = _claim_members(collected.pods)
-    gangs = _gangs(collected, members, index, queues, fail)
+    gangs = _gangs(collected, members, index, queues, fail, memo)
     bound = _bound_pods(collected.pods, members, fail)
+    memo.end_cycle()
     orphans = tuple(g for g in index.unclaimed() if WORKLOAD_KIND_LABEL in g.model.metadata.labels)
     snapshot = Snapshot(
         nodes=tuple(collected.nodes),
@@ -261,22 +333,12 @@ def build_snapshot(items: Iterable[Located], *, now: float, skip: Skip | None = 
 _Members = dict[tuple[str, str, str], list[MemberPod]]
 
 
-def _claim_members(pods: list[tuple[Located, MemberPod]]) -> _Members:
+def _claim_members(pods: list[tuple[Located, _PodPiece]]) -> _Members:
     members: _Members = defaultdict(list)
-    for index, (item, pod) in enumerate(pods):
-        claimed = kinds.claim(pod)
-        if claimed is None:
-            continue
-        kind, membership = claimed
-        if membership.pod_set != pod.pod_set:
-            pod = _with_pod_set(pod, membership.pod_set)
-            pods[index] = (item, pod)
-        members[(kind.name, pod.ref.namespace, membership.workload)].append(pod)
+    for _, piece in pods:
+        if piece.gang is not None:
+            members[piece.gang].append(piece.pod)
     return members
-
-
-def _with_pod_set(pod: MemberPod, name: str) -> MemberPod:
-    return replace(pod, pod_set=name)
 
 
 def _gangs(
@@ -285,15 +347,16 @@ def _gangs(
     index: GroupIndex,
     queues: dict[tuple[str, str], Queue],
     fail: Skip,
+    memo: TranslationMemo,
 ) -> list[GangView]:
     out: list[GangView] = []
     for kind in kinds.KINDS:
         if kind.head is not None:
-            for item in collected.heads.get(kind.head.kind, []):
-                namespace = get(item.obj, "metadata.namespace", str, "default") or "default"
-                name = get(item.obj, "metadata.name", str, "")
+            for item, namespace, name in collected.heads.get(kind.head.kind, []):
                 pods = members.get((kind.name, namespace, name), [])
-                view = _view(kind, item.obj, namespace, name, pods, index, queues, item.where, fail)
+                view = _view(
+                    kind, item.obj, namespace, name, pods, index, queues, item.where, fail, memo
+                )
                 if view is not None:
                     out.append(view)
         else:
@@ -301,7 +364,7 @@ def _gangs(
                 if kind_name != kind.name:
                     continue
                 where = f"{kind.name} group {namespace}/{name}"
-                view = _view(kind, None, namespace, name, pods, index, queues, where, fail)
+                view = _view(kind, None, namespace, name, pods, index, queues, where, fail, memo)
                 if view is not None:
                     out.append(view)
     return sorted(out, key=lambda g: g.key)
@@ -317,24 +380,41 @@ def _view(
     queues: dict[tuple[str, str], Queue],
     where: str,
     fail: Skip,
+    memo: TranslationMemo,
 ) -> GangView | None:
+    members = tuple(pods)
+    key = (kind.name, namespace, name)
     try:
-        gang = kind.read(namespace=namespace, name=name, head=head, members=tuple(pods))
+        gang = memo.gang(
+            key,
+            head,
+            members,
+            None,
+            lambda: kind.read(namespace=namespace, name=name, head=head, members=members),
+        )
     except InputError as error:  # what even a broken gang must get right
         fail(error.located(where=where))
         return None
     group = index.find(kind, gang)
+    # Its workload also reads its PodGroup: kept apart, under the gang it was read for.
+    workload = memo.gang(
+        (f"{kind.name}/workload", namespace, name),
+        None,
+        (gang,),
+        group,
+        lambda: workload_of(kind, gang, group),
+    )
     return GangView(
         kind=kind,
         gang=gang,
-        workload=workload_of(kind, gang, group),
+        workload=workload,
         group=group,
         queue=queues.get((namespace, gang.facts.queue)),
     )
 
 
 def _bound_pods(
-    pods: list[tuple[Located, MemberPod]], members: _Members, fail: Skip
+    pods: list[tuple[Located, _PodPiece]], members: _Members, fail: Skip
 ) -> list[BoundPod]:
     owner_of: dict[int, str] = {}
     for (kind_name, namespace, name), group in members.items():
@@ -342,13 +422,12 @@ def _bound_pods(
         for pod in group:
             owner_of[id(pod)] = f"{kind_name}/{namespace}/{workload}"
     out = []
-    for item, pod in pods:
-        if not pod.node_name:
+    for item, piece in pods:
+        pod, request = piece.pod, piece.request
+        if not pod.node_name or request is None:
             continue
-        try:
-            request = pod_request(pod.template)
-        except InvalidSpecError as error:
-            fail(InputError(error.detail, where=item.where, field=f"spec.{error.field}"))
+        if isinstance(request, InvalidSpecError):
+            fail(InputError(request.detail, where=item.where, field=f"spec.{request.field}"))
             continue
         out.append(
             BoundPod(

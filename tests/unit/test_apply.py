@@ -583,3 +583,26 @@ def test_a_member_whose_release_fails_is_counted_and_the_others_still_go() -> No
         )
     ]
     assert released == [0, 2]
+
+
+def test_gangs_admitted_in_one_cycle_are_written_at_once_each_in_its_own_order() -> None:
+    names = ("one", "two", "three")
+    c = cluster(*(o for n in names for o in (job(n), group(n, phase="Pending"))))
+    admissions = [a for n in names for a in only(c.plan(admit(n)), act.Admit)]
+    assert len(admissions) == len(names)
+    # Each gang's PodGroup status write waits until every gang's is under way: one
+    # gang at a time, the first would wait alone and the barrier would break.
+    barrier = threading.Barrier(len(names), timeout=10)
+    patch = c.fake.patch
+
+    def together(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        if resource.kind == "PodGroup":
+            barrier.wait()
+        return patch(resource, *args, **kwargs)
+
+    c.fake.patch = together  # type: ignore[method-assign]
+    assert c.apply(admissions) == 0
+    for n in names:
+        mine = [call for call in c.fake.writes() if call.name == n]
+        assert steps(mine) == ["patch PodGroup/status", "event", "patch Job"], n
+        assert c.held("Job", n)["spec"]["suspend"] is False

@@ -239,3 +239,33 @@ def test_the_sweeps_agree_with_brute_force(
     total = sum(e - s for s, e in merged)
     inside = sum(1 for t in events if any(s <= t <= e for s, e in merged))
     assert rate_within(events, merged) == (pytest.approx(inside / total) if total > 0 else None)
+
+
+def test_admission_to_bound_is_split_into_creation_release_and_scheduling() -> None:
+    rec = Recorder()
+    rec.submitted("ns/s", 0.0, pods=2, gpus_per_pod=1, suspended=True)
+    rec.job("ns/s", 1.0, suspended=False, complete=False)
+    # The Job controller makes both members gated; the queue releases them; they bind.
+    rec.pod("ns/s", "p0", 1.5, bound=False, running=False, done=False, gated=True)
+    rec.pod("ns/s", "p1", 2.0, bound=False, running=False, done=False, gated=True)
+    rec.pod("ns/s", "p0", 3.0, bound=False, running=False, done=False)
+    rec.pod("ns/s", "p1", 4.0, bound=False, running=False, done=False)
+    rec.pod("ns/s", "p0", 4.5, bound=True, running=False, done=False)
+    rec.pod("ns/s", "p1", 6.0, bound=True, running=False, done=False)
+    latencies = gang_latencies(rec.gangs.values())
+    assert latencies["bound"] == [pytest.approx(5.0)]
+    assert latencies["created"] == [pytest.approx(1.0)]
+    assert latencies["released"] == [pytest.approx(2.0)]
+    assert latencies["scheduled"] == [pytest.approx(2.0)]
+
+
+def test_a_member_never_gated_is_released_when_created() -> None:
+    rec = Recorder()
+    rec.submitted("ns/u", 0.0, pods=1, gpus_per_pod=1, suspended=True)
+    rec.job("ns/u", 1.0, suspended=False, complete=False)
+    rec.pod("ns/u", "p0", 2.0, bound=False, running=False, done=False)
+    rec.pod("ns/u", "p0", 2.5, bound=True, running=False, done=False)
+    latencies = gang_latencies(rec.gangs.values())
+    assert latencies["created"] == [pytest.approx(1.0)]
+    assert latencies["released"] == [0.0]
+    assert latencies["scheduled"] == [pytest.approx(0.5)]

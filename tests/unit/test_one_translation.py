@@ -178,3 +178,41 @@ def test_each_object_is_translated_once_per_cycle() -> None:
     assert calls == Counter(
         pod=3, podgroup=1 + len(written), node=1, queue=1, teamquota=1, job=1, podgang=2
     )
+
+
+def test_a_cycle_times_each_of_its_phases() -> None:
+    state = ClusterState()
+    for obj in raw_objects():
+        state.upsert(obj)
+    metrics = Metrics()
+    loop = SchedulingLoop(
+        state=state,
+        planner=Planner(300),
+        applier=Applier(FakeGateway(*raw_objects()), state, None, metrics, clock=lambda: NOW),
+        leadership=Leadership(Settings(leader_election=False), metrics),
+        metrics=metrics,
+        health=Health(),
+        clock=lambda: NOW,
+        tick_seconds=1,
+        batch_seconds=0,
+        status_writes_per_cycle=100,
+    )
+    asyncio.run(loop.cycle())
+    asyncio.run(loop.cycle())
+    registry = metrics.registry
+    for phase in ("translate", "core", "plan", "apply"):
+        labels = {"phase": phase}
+        count = registry.get_sample_value(
+            "queue_controller_scheduling_cycle_phase_seconds_count", labels
+        )
+        total = registry.get_sample_value(
+            "queue_controller_scheduling_cycle_phase_seconds_sum", labels
+        )
+        assert count == 2, phase
+        assert total is not None and total > 0, phase
+    # The bench harness reads the same figures from the exposition text.
+    from tests.bench.e2e.systems import cycle_phases
+
+    parsed = cycle_phases(metrics.exposition().decode())
+    assert parsed["cycles"] == 2
+    assert set(parsed["phase_seconds"]) == {"translate", "core", "plan", "apply"}

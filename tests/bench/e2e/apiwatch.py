@@ -98,6 +98,7 @@ class ApiWatch:
             bound=bool(obj.get("spec", {}).get("nodeName")),
             running=phase in ("Running", "Succeeded"),
             done=deleted or phase in ("Succeeded", "Failed"),
+            gated=bool(obj.get("spec", {}).get("schedulingGates")),
         )
 
     # -- the stream loop --------------------------------------------------------------

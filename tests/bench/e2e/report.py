@@ -18,6 +18,7 @@ from tests.bench.e2e.runner import SystemRun
 from tests.bench.e2e.watch import (
     LONG_EPISODE,
     SHORT_EPISODE,
+    STAGES,
     backlog,
     gang_latencies,
     percentiles,
@@ -86,6 +87,11 @@ def figures(run: SystemRun, total_gpus: float, *, queued: bool) -> dict[str, Any
         "peak_rss_bytes": run.cost.peak_rss_bytes if run.cost else None,
         # -- beyond the required keys --
         "running_latency_seconds": percentiles(latencies["running"]),
+        # Admission to all bound, split where the time goes (watch.gang_latencies).
+        "bound_stages_seconds": {stage: percentiles(latencies[stage]) for stage in STAGES},
+        # The system's own account of itself (queue-controller: its cycle's phases), apart
+        # from the figures above, which are all measured from outside.
+        "own_metrics": run.own_metrics,
         "throughput_basis": "first unsuspend" if queued else "whole gang bound",
         "submitted": len(gangs),
         "fully_placed": sum(1 for g in gangs if g.placed),
@@ -179,6 +185,14 @@ def markdown(report: Mapping[str, Any]) -> str:
     ):
         for q in ("p50", "p95", "p99"):
             rows.append((f"{label} {q} (s)", [s[key][q] for s in systems.values()]))
+    for stage, label in (
+        ("created", "unsuspend to last member created"),
+        ("released", "then to last member released"),
+        ("scheduled", "then to last member bound"),
+    ):
+        for q in ("p50", "p99"):
+            rows.append((f"{label} {q} (s)", [
+                s["bound_stages_seconds"][stage][q] for s in systems.values()]))  # fmt: skip
     rows += [
         ("throughput at saturation (gangs/s)", [s["throughput_gangs_per_second"] for s in
                                                  systems.values()]),

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -59,6 +60,7 @@ class SystemRun:
     wall_seconds: float = 0.0
     submit_errors: list[str] = field(default_factory=list)
     watch_restarts: int = 0
+    own_metrics: dict[str, Any] | None = None  # the system's own account (never compared)
 
 
 def deadline(trace: Trace, shape: ClusterShape) -> float:
@@ -160,6 +162,7 @@ def run_system(system: System, config: RunConfig, progress: Progress) -> SystemR
         outcome.cluster_seconds = round(time.monotonic() - wall, 1)
         _replay(system, config, cluster, recorder, outcome, progress)
         outcome.cost = process_cost(pid) if pid is not None else None
+        outcome.own_metrics = system.own_metrics(cluster)
         time.sleep(2)  # the audit log is written in batches, at most a second apart
         outcome.requests = requests_by_client(cluster.layout.logs / "audit.log", since)
     finally:

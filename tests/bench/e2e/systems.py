@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import importlib
 import json
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from queue_controller.localcluster import LocalCluster
+from queue_controller.localcluster.cluster import State
 from queue_controller.localcluster.demo import LEASE_NAMESPACE, Demo
 from tests.bench.e2e.shape import ROOT, ClusterShape
 from tests.bench.e2e.teams import QUEUE_NAME, QueueSettings, TeamSpec
@@ -48,6 +52,9 @@ class System(Protocol):
         """Start it; the PID whose CPU and memory are its cost (None: no process)."""
 
     def stop(self) -> None: ...
+
+    def own_metrics(self, cluster: LocalCluster) -> dict[str, Any] | None:
+        """What the system says of itself (for the report's diagnostics, never compared)."""
 
 
 def apply(cluster: LocalCluster, objects: Sequence[dict[str, Any]]) -> None:
@@ -133,6 +140,45 @@ class QueueController:
     def stop(self) -> None:
         pass  # LocalCluster.down stops the controller first, by the PID in its state
 
+    def own_metrics(self, cluster: LocalCluster) -> dict[str, Any] | None:
+        """The controller's cycles: count, and seconds in each phase (sum, mean)."""
+        state = State.load(cluster.layout.state_file)
+        port = state.ports.get("queue-controller") if state is not None else None
+        if port is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                text = r.read().decode()
+        except OSError as error:
+            return {"error": f"metrics not read: {error}"}
+        return cycle_phases(text)
+
+
+def cycle_phases(text: str) -> dict[str, Any]:
+    """From the controller's Prometheus text: cycles run, and per phase its total and
+    mean seconds (queue_controller_scheduling_cycle_phase_seconds)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "queue_controller_scheduling_cycle_phase_seconds":
+            continue
+        for sample in family.samples:
+            phase = sample.labels.get("phase", "")
+            if sample.name.endswith("_sum"):
+                sums[phase] = sample.value
+            elif sample.name.endswith("_count"):
+                counts[phase] = sample.value
+    cycles = int(max(counts.values(), default=0))
+    return {
+        "cycles": cycles,
+        "phase_seconds": {phase: round(total, 3) for phase, total in sorted(sums.items())},
+        "phase_mean_seconds": {
+            phase: round(total / counts[phase], 4)
+            for phase, total in sorted(sums.items())
+            if counts.get(phase)
+        },
+    }
+
 
 # -- no queue ----------------------------------------------------------------------------
 
@@ -155,6 +201,9 @@ class NoQueue:
 
     def stop(self) -> None:
         pass
+
+    def own_metrics(self, cluster: LocalCluster) -> dict[str, Any] | None:
+        return None
 
 
 # -- Kueue --------------------------------------------------------------------------------
@@ -202,6 +251,9 @@ class KueueSystem:
     def stop(self) -> None:
         if self.instance is not None:
             self.instance.stop()
+
+    def own_metrics(self, cluster: LocalCluster) -> dict[str, Any] | None:
+        return None
 
 
 def make(name: str, *, shape: ClusterShape, workdir: Path) -> System:

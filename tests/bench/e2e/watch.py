@@ -40,6 +40,8 @@ class Episode:
 
 @dataclass
 class _Pod:
+    created: float | None = None  # first seen
+    released: float | None = None  # first seen without scheduling gates
     bound: float | None = None
     running: float | None = None
     done: bool = False  # finished, failed or deleted: holds nothing any more
@@ -59,6 +61,9 @@ class Gang:
     resuspended: list[float] = field(default_factory=list)  # each eviction (re-suspension)
     placed: list[float] = field(default_factory=list)  # each attempt whose members all bound
     running: list[float] = field(default_factory=list)  # ... and all ran
+    # Of the first attempt placed whole: when its last member was created and when its
+    # last member was released (gates gone), to split admission-to-bound into stages.
+    stages: tuple[float, float] | None = None
     completed: float | None = None
     members_lost: int = 0  # pods gone unfinished (deleted, failed) while the gang ran
     episodes: list[Episode] = field(default_factory=list)
@@ -126,12 +131,22 @@ class Recorder:
                 return
             self._update(gang, t, lambda: self._job(gang, t, suspended, complete))
 
-    def pod(self, key: str, pod: str, t: float, *, bound: bool, running: bool, done: bool) -> None:
+    def pod(
+        self,
+        key: str,
+        pod: str,
+        t: float,
+        *,
+        bound: bool,
+        running: bool,
+        done: bool,
+        gated: bool = False,
+    ) -> None:
         with self._lock:
             gang = self.gangs.get(key)
             if gang is None:
                 return
-            self._update(gang, t, lambda: self._pod(gang, pod, t, bound, running, done))
+            self._update(gang, t, lambda: self._pod(gang, pod, t, bound, running, done, gated))
 
     # -- bookkeeping ------------------------------------------------------------------
 
@@ -147,10 +162,14 @@ class Recorder:
             gang.completed = t
 
     @staticmethod
-    def _pod(gang: Gang, name: str, t: float, bound: bool, running: bool, done: bool) -> None:
-        member = gang.members.setdefault(name, _Pod())
+    def _pod(
+        gang: Gang, name: str, t: float, bound: bool, running: bool, done: bool, gated: bool
+    ) -> None:
+        member = gang.members.setdefault(name, _Pod(created=t))
         if member.done:
             return  # a finished pod's later updates (its deletion) change nothing
+        if member.released is None and (bound or not gated):
+            member.released = t
         if bound and member.bound is None:
             member.bound = t
         if running and member.running is None:
@@ -163,6 +182,12 @@ class Recorder:
         if not gang.fully and holding == gang.pods and gang.suspended is not True:
             gang.fully = True
             gang.placed.append(t)
+            if gang.stages is None:
+                held = [p for p in gang.members.values() if p.holding]
+                gang.stages = (
+                    max(p.created or t for p in held),
+                    max(p.released or t for p in held),
+                )
         live_running = sum(1 for p in gang.members.values() if p.holding and p.running is not None)
         if gang.fully and not gang.all_running and live_running == gang.pods:
             gang.all_running = True
@@ -321,12 +346,22 @@ def backlog(pairs: Iterable[tuple[float, float | None]], end: float) -> list[tup
     return merge((start, end if served is None else served) for start, served in pairs)
 
 
+STAGES = ("created", "released", "scheduled")
+
+
 def gang_latencies(gangs: Iterable[Gang]) -> dict[str, list[float]]:
     """Submit -> first unsuspend; the unsuspend of the attempt that first placed the whole
-    gang -> all bound, and -> all Running."""
+    gang -> all bound, and -> all Running.
+
+    Admission to all bound is also split into stages, where the time goes:
+    ``created`` (unsuspend -> the last member exists: the Job controller), ``released``
+    (-> the last member's scheduling gates are gone: the queueing system, 0 where it
+    gates nothing) and ``scheduled`` (-> the last member is bound: kube-scheduler).
+    """
     admission: list[float] = []
     bound: list[float] = []
     running: list[float] = []
+    stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
     for gang in gangs:
         if gang.admitted:
             admission.append(max(0.0, gang.admitted[0] - gang.submitted))
@@ -336,4 +371,10 @@ def gang_latencies(gangs: Iterable[Gang]) -> dict[str, list[float]]:
                 bound.append(max(0.0, gang.placed[0] - released))
                 if gang.running:
                     running.append(max(0.0, gang.running[0] - released))
-    return {"admission": admission, "bound": bound, "running": running}
+                if gang.stages is not None:
+                    created, ungated = gang.stages
+                    marks = (released, max(created, released), max(ungated, created, released))
+                    stages["created"].append(marks[1] - marks[0])
+                    stages["released"].append(marks[2] - marks[1])
+                    stages["scheduled"].append(max(0.0, gang.placed[0] - marks[2]))
+    return {"admission": admission, "bound": bound, "running": running, **stages}
