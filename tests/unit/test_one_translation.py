@@ -209,7 +209,8 @@ def test_a_cycle_times_each_of_its_phases() -> None:
             "queue_controller_scheduling_cycle_phase_seconds_sum", labels
         )
         assert count == 2, phase
-        assert total is not None and total > 0, phase
+        assert total is not None, phase
+        assert total > 0, phase
     # The bench harness reads the same figures from the exposition text.
     from tests.bench.e2e.systems import cycle_phases
 
