@@ -35,23 +35,42 @@ Obj = dict[str, Any]
 
 
 class Applier(Writer):
-    async def apply_all(self, actions: list[act.Action]) -> int:
+    def reserve(self, actions: list[act.Action]) -> list[str]:
+        """Mark every member these actions send as in flight, at once (synchronously):
+        from here on whoever plans counts their slots as taken.  The keys marked."""
+        sent = [(a.pod.key, a.node) for a in actions if isinstance(a, act.BindMember) and a.node]
+        for pod, node in sent:
+            self.in_flight.add(pod, node)
+        return [pod for pod, _ in sent]
+
+    async def apply_all(
+        self, actions: list[act.Action], *, reserved: list[str] | None = None
+    ) -> int:
         """Apply; a failed action is logged and skipped.  Returns how many failed.
 
         Each gang's actions run in their planned order (its PodGroup is written before
         its kind releases it; see above), and different gangs' lanes run at once: one
         at a time, a cycle that admitted 200 gangs sent ~1,000 writes end to end while
         the members of gangs admitted earlier waited for the next cycle (issue 16).
+
+        ``reserved``: what :meth:`reserve` marked for these actions (else marked here).
+        The marks go when every write is done: the writes that landed are in the state
+        by then (assumed), and the members whose writes failed are gated still.
         """
         self._written.clear()
         self._groups.clear()
+        reserved = self.reserve(actions) if reserved is None else reserved
         room = asyncio.Semaphore(WRITES_AT_ONCE)
 
         async def in_order(lane: list[act.Action]) -> int:
             async with room:
                 return sum([await self._apply_one(action) for action in lane])
 
-        outcomes = await asyncio.gather(*(in_order(lane) for lane in _lanes(actions)))
+        try:
+            outcomes = await asyncio.gather(*(in_order(lane) for lane in _lanes(actions)))
+        finally:
+            for pod in reserved:
+                self.in_flight.discard(pod)
         return sum(outcomes)
 
     async def _apply_one(self, action: act.Action) -> int:
@@ -188,10 +207,13 @@ class Applier(Writer):
                 "schedulingGates": [g for g in pod.raw_gates if g.get("name") != ADMISSION_GATE]
             }
         }
-        if action.node is not None:
-            # A gated pod may gain a nodeSelector (KEP-3838): kube-scheduler still
-            # checks the node, but can only put the member where the core planned it.
-            patch["spec"]["nodeSelector"] = {**pod.node_selector, HOSTNAME_LABEL: action.node}
+        if action.node is None:
+            await self._patch(pod.ref, patch)
+            return
+        # A gated pod may gain a nodeSelector (KEP-3838): kube-scheduler still
+        # checks the node, but can only put the member where the core planned it.
+        patch["spec"]["nodeSelector"] = {**pod.node_selector, HOSTNAME_LABEL: action.node}
+        # Its slot is held in flight (reserve) until every write of this batch is done.
         await self._patch(pod.ref, patch)
 
     @apply.register

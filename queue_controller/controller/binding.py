@@ -4,18 +4,85 @@ The PodGroup's status holds the plan (members per node, pod set by pod set, and 
 slices of a topology-aware pod set); each gated member takes a slot of it that no
 member already sent holds.  Read back from the status every cycle, so a restart
 binds exactly as before it.
+
+Members are sent by cycles and, between them, by the releaser (controller/release.py).
+A member whose release is *in flight* (its patch sent, the written pod not yet in the
+state) holds its slot for both: :class:`InFlight` says which, and :func:`with_sent`
+shows such members as sent, so no two members are ever given one slot.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from queue_controller.controller import actions as act
 from queue_controller.kube.gangs import GangView
+from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL
 from queue_controller.kube.views import MemberPod
 
-__all__ = ["bindings"]
+__all__ = ["InFlight", "bindings", "member_bindings", "with_sent"]
+
+
+class InFlight:
+    """Members whose release is under way: pod key -> the node it is sent to.
+
+    Touched only from the event loop's thread (the appliers' coroutines); a cycle
+    takes a copy with its frozen state.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, str] = {}
+
+    def add(self, pod: str, node: str) -> None:
+        self._nodes[pod] = node
+
+    def discard(self, pod: str) -> None:
+        self._nodes.pop(pod, None)
+
+    def copy(self) -> dict[str, str]:
+        return dict(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
+def _as_sent(pod: MemberPod, node: str) -> MemberPod:
+    """``pod`` as it will be once its release lands: ungated, on ``node``."""
+    return replace(
+        pod,
+        gates=tuple(g for g in pod.gates if g != ADMISSION_GATE),
+        node_selector={**pod.node_selector, HOSTNAME_LABEL: node},
+    )
+
+
+def with_sent(gangs: Sequence[GangView], sent: Mapping[str, str]) -> tuple[GangView, ...]:
+    """``gangs`` with every member in ``sent`` (InFlight.copy()) shown as sent."""
+    if not sent:
+        return tuple(gangs)
+    out = []
+    for gang in gangs:
+        members = gang.gang.members
+        if any(p.gated and p.key in sent for p in members):
+            members = tuple(
+                _as_sent(p, sent[p.key]) if p.gated and p.key in sent else p for p in members
+            )
+            gang = replace(gang, gang=replace(gang.gang, members=members))
+        out.append(gang)
+    return tuple(out)
+
+
+def member_bindings(gang: GangView) -> list[act.BindMember]:
+    """Where each gated member of an admitted gang goes, by its PodGroup's plan."""
+    assert gang.group is not None
+    status = gang.group.status
+    sliced = {
+        pod_set: assignment.slices
+        for pod_set, assignment in status.topologyAssignment.items()
+        if assignment.slices
+    }
+    return list(bindings(gang, status.placement, status.podSetPlacement, sliced))
 
 
 def bindings(

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from queue_controller.api.v1alpha1 import PodGroupPhase
 from queue_controller.controller import actions as act
 from queue_controller.controller import gpuwatch
-from queue_controller.controller.binding import bindings
+from queue_controller.controller.binding import member_bindings
 from queue_controller.controller.status import iso
 from queue_controller.controller.summaries import summaries
 from queue_controller.core.cycle import CycleResult
@@ -227,14 +227,7 @@ class Planner:
                     gang, now, "JobSuspended", f"the {gang.kind.name} was held by someone else"
                 )
             ]
-        sliced = {
-            pod_set: assignment.slices
-            for pod_set, assignment in status.topologyAssignment.items()
-            if assignment.slices
-        }
-        out: list[act.Action] = list(
-            bindings(gang, status.placement, status.podSetPlacement, sliced)
-        )
+        out: list[act.Action] = list(member_bindings(gang))
         min_member = group.min_member
         phases = Counter(p.phase for p in gang.members if not p.deleting)
         running, done = phases["Running"], phases["Succeeded"]

@@ -17,10 +17,11 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from queue_controller.controller import actions as act
 from queue_controller.controller.apply import Applier
+from queue_controller.controller.binding import InFlight, with_sent
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import HOLDING, Planner, subject
 from queue_controller.controller.metrics import Metrics
@@ -35,6 +36,8 @@ from queue_controller.kube.memo import TranslationMemo
 from queue_controller.kube.snapshot import Located, Translation, translate
 
 log = logging.getLogger(__name__)
+# (kind name, namespace, gang name) -> its member pods' names (in its namespace)
+GangMembers = dict[tuple[str, str, str], tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Plan:
     flagged: Counter[tuple[str, str]]  # (queue, Idle | GPUUnhealthy) -> gangs
     nominal: dict[tuple[str, str], int]  # (TeamQuota, resource) -> nominal, milli-units
     nominated: dict[tuple[str, str], float]  # (queue, resource) -> held for preemptors
+    members: GangMembers  # each gang's member pods, for the releaser between cycles
 
 
 class SchedulingLoop:
@@ -65,6 +69,7 @@ class SchedulingLoop:
         batch_seconds: float,
         status_writes_per_cycle: int,
         idle: Callable[[tuple[GangView, ...], float], dict[str, float]] | None = None,
+        in_flight: InFlight | None = None,
     ) -> None:
         self.state, self.planner, self.applier = state, planner, applier
         self.leadership, self.metrics, self.health = leadership, metrics, health
@@ -79,6 +84,11 @@ class SchedulingLoop:
         self._holding: dict[str, act.Subject] = {}
         # Typed pieces of the objects that did not change since the last cycle.
         self._memo = TranslationMemo()
+        # Members being released (by this loop's applier or the releaser's).
+        self.in_flight = in_flight if in_flight is not None else applier.in_flight
+        # Each gang's member pods as of the last cycle (the releaser's index).
+        self.members: GangMembers = {}
+        self.planning = asyncio.Lock()  # held while members' slots are being planned
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -109,18 +119,24 @@ class SchedulingLoop:
                 task.cancel()
 
     async def cycle(self) -> None:
-        frozen = self.state.copy()
-        started = time.perf_counter()
-        plan = await asyncio.to_thread(self._plan, frozen, self.clock())
-        planned = time.perf_counter()
-        self.metrics.cycle_seconds.observe(planned - started)
+        # Planning holds `planning` from the copy until its members' slots are reserved:
+        # the releaser, which plans too, then never plans from a view that misses them.
+        async with self.planning:
+            frozen = self.state.copy()
+            sent = self.in_flight.copy()  # releases not yet in the copy hold their slots
+            started = time.perf_counter()
+            plan = await asyncio.to_thread(self._plan, frozen, self.clock(), sent)
+            self.members = plan.members
+            planned = time.perf_counter()
+            self.metrics.cycle_seconds.observe(planned - started)
+            actions = self._budgeted(plan.actions)
+            reserved = self.applier.reserve(actions)
         for problem in plan.skipped:
             log.warning("left out of the cycle: %s", problem)
         # The gauges describe this cycle's decisions: set before the writes that carry
         # them out, so whoever reads a status this cycle wrote finds them already.
         self._gauges(plan)
-        actions = self._budgeted(plan.actions)
-        failed = await self.applier.apply_all(actions)
+        failed = await self.applier.apply_all(actions, reserved=reserved)
         phases = {**plan.phases, "apply": time.perf_counter() - planned}
         for phase, seconds in phases.items():
             self.metrics.cycle_phase_seconds.labels(phase).observe(seconds)
@@ -137,13 +153,13 @@ class SchedulingLoop:
                 "cycle %d: %d of %d writes to retry", self.health.cycles, failed, len(plan.actions)
             )
 
-    def _plan(self, frozen: ClusterState, now: float) -> Plan:
+    def _plan(self, frozen: ClusterState, now: float, sent: dict[str, str] | None = None) -> Plan:
         # The cycle makes a great many small objects and frees few: collections of the
         # old generation mid-cycle cost more than the cycle at thousands of nodes.
         with gc_paused():
-            return self._plan_now(frozen, now)
+            return self._plan_now(frozen, now, sent or {})
 
-    def _plan_now(self, frozen: ClusterState, now: float) -> Plan:
+    def _plan_now(self, frozen: ClusterState, now: float, sent: dict[str, str]) -> Plan:
         skipped: list[str] = []
 
         def skip(error: InputError) -> None:
@@ -158,6 +174,7 @@ class SchedulingLoop:
             skip=skip,
             memo=self._memo,
         )
+        seen = replace(seen, gangs=with_sent(seen.gangs, sent))
         marks.append(time.perf_counter())
         result = schedule(seen.snapshot)
         marks.append(time.perf_counter())
@@ -187,8 +204,23 @@ class SchedulingLoop:
         actions.extend(self._vanished(seen))
         marks.append(time.perf_counter())
         phases = dict(zip(("translate", "core", "plan"), _steps(marks), strict=True))
+        members = {
+            (gang.kind.name, gang.namespace, gang.gang.name): tuple(
+                p.ref.name for p in gang.gang.members
+            )
+            for gang in seen.gangs
+        }
         return Plan(
-            result, actions, partial, skipped, phases, unhealthy, flagged, nominal, nominated
+            result,
+            actions,
+            partial,
+            skipped,
+            phases,
+            unhealthy,
+            flagged,
+            nominal,
+            nominated,
+            members,
         )
 
     def _vanished(self, seen: Translation) -> list[act.Action]:

@@ -15,18 +15,21 @@ import logging
 import signal
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import kopf
 from kubernetes import client
 
 from queue_controller.controller.apply import Applier
+from queue_controller.controller.binding import InFlight
 from queue_controller.controller.dcgmsource import DcgmSource
 from queue_controller.controller.handlers import build_registry
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.loop import SchedulingLoop
 from queue_controller.controller.metrics import Metrics
+from queue_controller.controller.release import Releaser
 from queue_controller.controller.resync import Resync
 from queue_controller.controller.server import Health, HealthServer
 from queue_controller.controller.settings import Settings
@@ -130,12 +133,22 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     dcgm = _dcgm_source(settings, gateway, metrics)
     if settings.fault_skip_evictions:
         log.warning("TEST-ONLY FAULT: evictions are turned off (QC_FAULT_SKIP_EVICTIONS)")
+    in_flight = InFlight()  # members being released, by cycles or by the releaser
+    threads = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="write")
     scheduling = SchedulingLoop(
         state=state,
         planner=Planner(
             settings.pods_ready_timeout_seconds, skip_evictions=settings.fault_skip_evictions
         ),
-        applier=Applier(gateway, state, journal, metrics, clock=time.time),
+        applier=Applier(
+            gateway,
+            state,
+            journal,
+            metrics,
+            clock=time.time,
+            in_flight=in_flight,
+            threads=threads,
+        ),
         leadership=leadership,
         metrics=metrics,
         health=health,
@@ -144,6 +157,22 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         batch_seconds=settings.batch_seconds,
         status_writes_per_cycle=settings.status_writes_per_cycle,
         idle=None if dcgm is None else (lambda gangs, now: dcgm.idle_gangs(gangs, now=now)),
+    )
+    releaser = Releaser(
+        state=state,
+        applier=Applier(
+            gateway,
+            state,
+            journal,
+            metrics,
+            clock=time.time,
+            in_flight=in_flight,
+            threads=threads,
+        ),
+        leadership=leadership,
+        members=lambda: scheduling.members,
+        planning=scheduling.planning,
+        clock=time.time,
     )
     with tempfile.TemporaryDirectory(prefix="queue-controller-") as scratch:
         resync = Resync(gateway, state, kinds.WATCHED)
@@ -157,8 +186,9 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
             kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
         )
         loop_task = asyncio.create_task(scheduling.run(stop))
+        release_task = asyncio.create_task(releaser.run(stop))
         resync_task = asyncio.create_task(resync.run(stop))
-        tasks = [operator, loop_task, resync_task, asyncio.create_task(stop.wait())]
+        tasks = [operator, loop_task, release_task, resync_task, asyncio.create_task(stop.wait())]
         if dcgm is not None:
             tasks.append(asyncio.create_task(dcgm.run(stop, state=state, leadership=leadership)))
         try:
@@ -172,6 +202,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         finally:
             stop.set()
             loop_task.cancel()
+            release_task.cancel()
             resync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(operator, timeout=15)

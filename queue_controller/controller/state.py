@@ -85,6 +85,10 @@ class ClusterState:
     _tombstones: dict[Key, int | None] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     generation: int = 0  # bumps on every accepted change
+    # Gated pods taken since the releaser last looked (controller/release.py): members
+    # of admitted gangs it can send to their nodes without waiting for a cycle.
+    _gated_arrivals: set[Key] = field(default_factory=set)
+    gated_arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     def upsert(self, obj: Mapping[str, Any]) -> bool:
         """Hold ``obj`` unless an equal or newer version is already held; True if taken."""
@@ -102,8 +106,17 @@ class ClusterState:
             return False
         self._tombstones.pop(key, None)
         self._objects[key] = slim_pod(obj) if key[0] == "Pod" else dict(obj)
+        if key[0] == "Pod" and (obj.get("spec") or {}).get("schedulingGates"):
+            self._gated_arrivals.add(key)
+            self.gated_arrived.set()
         self._touch()
         return True
+
+    def take_gated_arrivals(self) -> set[Key]:
+        """The gated pods taken since the last call (each may have changed since)."""
+        taken, self._gated_arrivals = self._gated_arrivals, set()
+        self.gated_arrived.clear()
+        return taken
 
     def delete(self, obj: Mapping[str, Any]) -> None:
         key = key_of(obj)

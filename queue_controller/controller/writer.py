@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from queue_controller.api.v1alpha1 import PodGroup
 from queue_controller.controller import actions as act
+from queue_controller.controller.binding import InFlight
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.journal import Entry, Journal, JournalEvent
@@ -46,8 +47,12 @@ class Writer:
         metrics: Metrics,
         *,
         clock: Callable[[], float],
+        in_flight: InFlight | None = None,
+        threads: ThreadPoolExecutor | None = None,
     ) -> None:
         self.gateway = gateway
+        # Members being released, shared with the other applier (cycles', releaser's).
+        self.in_flight = in_flight if in_flight is not None else InFlight()
         self.state = state
         self.journal = journal
         self.metrics = metrics
@@ -56,7 +61,8 @@ class Writer:
         self._written: dict[tuple[str, str, str], str | None] = {}
         # PodGroups as our own writes in this cycle returned them, read once each.
         self._groups: dict[tuple[str, str, str], PodGroup] = {}
-        self._threads = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="write")
+        # Shared by the appliers of one process: they share one connection pool too.
+        self.threads = threads or ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="write")
 
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         # Every write to the API goes through here: counted, so that the writes an
@@ -64,7 +70,7 @@ class Writer:
         resource = args[0].plural if args and isinstance(args[0], gw.Resource) else "events"
         self.metrics.api_writes.labels(function.__name__, resource).inc()
         call = functools.partial(function, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+        return await asyncio.get_running_loop().run_in_executor(self.threads, call)
 
     def _version(self, ref: Ref) -> str | None:
         """The version to write against: ours if we wrote it this cycle, else the ref's."""

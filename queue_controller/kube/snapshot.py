@@ -123,6 +123,13 @@ def _read_pod(obj: Obj) -> _PodPiece:
     return _PodPiece(pod, gang, request)
 
 
+def member_of(obj: Obj) -> tuple[MemberPod, tuple[str, str, str] | None]:
+    """A pod read as a cycle reads it, and the gang that claims it: (kind name,
+    namespace, gang name), or None.  Raises :class:`InputError` for a malformed pod."""
+    piece = _read_pod(obj)
+    return piece.pod, piece.gang
+
+
 def _read_head(obj: Obj) -> tuple[str, str] | None:
     """A queued head's namespace and name; None when it is in no queue."""
     if not kinds.BY_HEAD[str(obj.get("kind"))].is_queued(obj):
@@ -452,5 +459,6 @@ __all__ = [
     "Translation",
     "build_snapshot",
     "is_supported",
+    "member_of",
     "translate",
 ]

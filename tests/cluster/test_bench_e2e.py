@@ -62,3 +62,36 @@ def test_bench_e2e_replays_a_small_trace_through_queue_controller(tmp_path: Path
         assert (out / name).stat().st_size > 0
     assert "queue-controller" in (out / "report.md").read_text()
     assert not (out / "clusters" / "queue-controller").exists()  # taken down
+
+
+def test_the_scale_harness_times_every_phase_of_the_controllers_cycle(tmp_path: Path) -> None:
+    """tests/bench/e2e/scale.py at its smallest: a filled cluster, pending gangs, the
+    controller settled, its cycle's phases read over a short window."""
+    from tests.bench.e2e import scale
+
+    out = tmp_path / "scale"
+    code = scale.main(
+        [
+            "--nodes=12",
+            "--pods=120",
+            "--gangs=30",
+            "--window=8",
+            "--quiet=3",
+            "--churn=2",
+            "--settle-timeout=120",
+            f"--out={out}",
+        ]
+    )
+    assert code == 0
+    report = json.loads((out / "scale.json").read_text())
+    assert report["pod_groups"] >= 30
+    assert not report["objects_created_errors"]
+    window = report["window"]
+    assert window["cycles"] > 0
+    for phase in scale.PHASES:
+        assert window["phase_mean_seconds"][phase] is not None, phase
+        assert window["phase_mean_seconds"][phase] >= 0, phase
+    assert report["cycle_over_core"] > 1
+    assert report["churned_pods"] > 0
+    assert report["peak_rss_bytes"] > 10 * 2**20
+    assert "full cycle / core" in (out / "scale.md").read_text()

@@ -1,0 +1,145 @@
+"""The releaser: members of admitted gangs sent to their planned nodes as they arrive,
+between cycles, against a fake gateway (controller/release.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from queue_controller.controller import actions as act
+from queue_controller.controller.apply import Applier
+from queue_controller.controller.leader import Leadership
+from queue_controller.controller.metrics import Metrics
+from queue_controller.controller.release import Releaser
+from queue_controller.controller.settings import Settings
+from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL
+from tests.unit.test_apply import Cluster, cluster, only
+from tests.unit.test_lifecycle import NOW, group, iso, job, pod
+
+
+def admitted(
+    *pods: str, placement: dict[str, int], suspend: bool = False, phase: str = "Admitted"
+) -> Cluster:
+    return cluster(
+        job("bind", suspend=suspend),
+        group("bind", phase=phase, placement=placement, admittedAt=iso(5)),
+        *(pod(name, gated=True, phase="Pending", owner="bind") for name in pods),
+    )
+
+
+def releaser(
+    c: Cluster,
+    *,
+    leading: bool = True,
+    members: tuple[str, ...] = (),
+    planning: asyncio.Lock | None = None,
+) -> Releaser:
+    """``members``: the gang's members the last cycle saw."""
+    metrics = Metrics()
+    settings = Settings(leader_election=False) if leading else Settings(leader_election=True)
+    return Releaser(
+        state=c.state,
+        applier=Applier(
+            c.fake, c.state, None, metrics, clock=lambda: NOW, in_flight=c.applier.in_flight
+        ),
+        leadership=Leadership(settings, metrics),
+        members=lambda: {("Job", "ns", "bind"): members},
+        planning=planning or asyncio.Lock(),
+        clock=lambda: NOW,
+    )
+
+
+def sent_to(c: Cluster, name: str) -> str | None:
+    spec: dict[str, Any] = c.held("Pod", name)["spec"]
+    if any(g["name"] == ADMISSION_GATE for g in spec.get("schedulingGates") or []):
+        return None
+    return str((spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL))
+
+
+def test_members_that_arrive_after_admission_go_to_their_planned_nodes_at_once() -> None:
+    c = admitted("bind-0", "bind-1", placement={"n1": 1, "n2": 1})
+    assert asyncio.run(releaser(c).release()) == 2
+    assert {sent_to(c, "bind-0"), sent_to(c, "bind-1")} == {"n1", "n2"}
+    # The other gate stays: only ours is the queue's to lift.
+    gates = c.held("Pod", "bind-0")["spec"]["schedulingGates"]
+    assert [g["name"] for g in gates] == ["other.io/gate"]
+    # The state holds what the writes returned: the next cycle binds nothing again.
+    assert only(c.plan(), act.BindMember) == []
+
+
+def test_a_member_whose_release_is_in_flight_keeps_its_slot() -> None:
+    c = admitted("bind-0", "bind-1", placement={"n1": 1, "n2": 1})
+    c.applier.in_flight.add("ns/bind-0", "n1")  # a cycle's patch, not answered yet
+    c.state.take_gated_arrivals()
+    c.watch("Pod", "bind-1")  # only bind-1 arrives; the last cycle saw both
+    assert asyncio.run(releaser(c, members=("bind-0", "bind-1")).release()) == 1
+    assert sent_to(c, "bind-0") is None  # left to the write in flight
+    assert sent_to(c, "bind-1") == "n2"
+
+
+def test_a_cycle_counts_releases_in_flight_as_sent() -> None:
+    from queue_controller.controller.binding import with_sent
+    from queue_controller.controller.lifecycle import Planner
+    from queue_controller.core import CycleResult
+    from tests.views import seen
+
+    c = admitted("bind-0", "bind-1", placement={"n1": 1, "n2": 1})
+    view = seen(c.state, NOW)
+    from dataclasses import replace
+
+    view = replace(view, gangs=with_sent(view.gangs, {"ns/bind-1": "n1"}))
+    binds = only(Planner(300).plan(view, CycleResult((), {}), now=NOW), act.BindMember)
+    assert [(b.pod.ref.name, b.node) for b in binds] == [("bind-0", "n2")]
+
+
+def test_a_gang_not_admitted_or_not_let_go_is_left_to_the_cycle() -> None:
+    pending = admitted("bind-0", "bind-1", placement={}, phase="Pending")
+    assert asyncio.run(releaser(pending).release()) == 0
+    suspended = admitted("bind-0", "bind-1", placement={"n1": 2}, suspend=True)
+    assert asyncio.run(releaser(suspended).release()) == 0
+    assert pending.fake.writes() == []
+    assert suspended.fake.writes() == []
+
+
+def test_a_replica_that_does_not_lead_sends_nothing_and_forgets_the_arrivals() -> None:
+    c = admitted("bind-0", "bind-1", placement={"n1": 2})
+    follower = releaser(c, leading=False)
+    assert asyncio.run(follower.release()) == 0
+    assert c.fake.writes() == []
+    assert c.state.take_gated_arrivals() == set()
+
+
+def test_members_beyond_the_plan_are_left_to_the_cycle() -> None:
+    c = admitted("bind-0", "bind-1", "bind-2", placement={"n1": 2})
+    assert asyncio.run(releaser(c).release()) == 2
+    assert sorted(filter(None, (sent_to(c, f"bind-{i}") for i in range(3)))) == ["n1", "n1"]
+
+
+def test_the_releaser_never_plans_while_a_cycle_plans() -> None:
+    c = admitted("bind-0", "bind-1", placement={"n1": 2})
+
+    async def scenario() -> int:
+        planning = asyncio.Lock()
+        await planning.acquire()  # a cycle is planning
+        task = asyncio.create_task(releaser(c, planning=planning).release())
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        assert c.fake.writes() == []
+        planning.release()
+        return await task
+
+    assert asyncio.run(scenario()) == 2
+
+
+def test_reserved_slots_are_freed_when_the_writes_are_done_even_failed_ones() -> None:
+    c = admitted("bind-0", "bind-1", placement={"n1": 2})
+    actions = only(c.plan(), act.BindMember)
+    reserved = c.applier.reserve(actions)
+    assert sorted(reserved) == ["ns/bind-0", "ns/bind-1"]
+    assert c.applier.in_flight.copy() == {"ns/bind-0": "n1", "ns/bind-1": "n1"}
+    c.fake.fail_next(Exception("a bug"), when=lambda call: call.name == "bind-1")
+    with pytest.raises(Exception, match="a bug"):
+        asyncio.run(c.applier.apply_all(actions, reserved=reserved))
+    assert len(c.applier.in_flight) == 0
