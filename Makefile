@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run plan simulate test lint typecheck imports unit journal-test cluster-test bench bench-sim bench-gpu bench-translate bench-preemption \
-        bench-e2e clean help \
+        bench-e2e bench-scale clean help \
         cluster-build cluster-up cluster-down cluster-status
 
 help:  ## List the targets
@@ -87,6 +87,10 @@ bench-preemption: $(STAMP)  ## An admission cycle with preemption considered, ag
 # folder, never .cluster), the cluster taken down after it; report in ./bench-e2e-report.
 bench-e2e: $(STAMP) cluster-build  ## One GPU trace through queue-controller, Kueue and no queue, side by side; ARGS="--nodes 200 --jobs 400", SYSTEMS=queue-controller
 	$(BIN)/python -m tests.bench.e2e $(ARGS) $(if $(SYSTEMS),--systems $(SYSTEMS))
+
+# The controller alone at scale on its own local cluster; report in ./bench-e2e-scale.
+bench-scale: $(STAMP) cluster-build  ## The controller's cycle at 2,000 nodes, 20,000 pods, 5,000 pending gangs: each phase, against the core; ARGS="--nodes 500"
+	$(BIN)/python -m tests.bench.e2e.scale $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

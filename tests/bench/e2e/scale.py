@@ -274,12 +274,12 @@ class _Churn(threading.Thread):
     def __init__(self, core: client.CoreV1Api, pods: list[dict[str, Any]], rate: int) -> None:
         super().__init__(name="churn", daemon=True)
         self.core, self.pods, self.rate = core, pods, rate
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self.replaced = 0
 
     def run(self) -> None:
         index = 0
-        while self.rate and self.pods and not self._stop.wait(1.0):
+        while self.rate and self.pods and not self._stopping.wait(1.0):
             for _ in range(self.rate):
                 pod = self.pods[index % len(self.pods)]
                 index += 1
@@ -295,7 +295,7 @@ class _Churn(threading.Thread):
                     continue
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
         self.join(timeout=30)
 
 
