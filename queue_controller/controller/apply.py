@@ -10,13 +10,13 @@ assumed) is :mod:`queue_controller.controller.writer`'s business.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from functools import singledispatchmethod
 from typing import Any
 
 from queue_controller.controller import actions as act
+from queue_controller.controller.lanes import run_in_lanes
 from queue_controller.controller.status import (
     Update,
     conditions_with,
@@ -49,9 +49,7 @@ class Applier(Writer):
         """Apply; a failed action is logged and skipped.  Returns how many failed.
 
         Each gang's actions run in their planned order (its PodGroup is written before
-        its kind releases it; see above), and different gangs' lanes run at once: one
-        at a time, a cycle that admitted 200 gangs sent ~1,000 writes end to end while
-        the members of gangs admitted earlier waited for the next cycle (issue 16).
+        its kind releases it; see above), different gangs' at once (lanes.py).
 
         ``reserved``: what :meth:`reserve` marked for these actions (else marked here).
         The marks go when every write is done: the writes that landed are in the state
@@ -60,18 +58,12 @@ class Applier(Writer):
         self._written.clear()
         self._groups.clear()
         reserved = self.reserve(actions) if reserved is None else reserved
-        room = asyncio.Semaphore(WRITES_AT_ONCE)
-
-        async def in_order(lane: list[act.Action]) -> int:
-            async with room:
-                return sum([await self._apply_one(action) for action in lane])
-
         try:
-            outcomes = await asyncio.gather(*(in_order(lane) for lane in _lanes(actions)))
+            # As many lanes at once as the writer has threads to send them on.
+            return await run_in_lanes(actions, self._apply_one, at_once=WRITE_THREADS)
         finally:
             for pod in reserved:
                 self.in_flight.discard(pod)
-        return sum(outcomes)
 
     async def _apply_one(self, action: act.Action) -> int:
         """1 if the action failed (logged), else 0."""
@@ -455,31 +447,3 @@ def _replacing(
         gone: dict[str, int | None] = dict.fromkeys(held.get(pod_set, {}))
         out[pod_set] = gone | dict(nodes)
     return out
-
-
-# Lanes written at once.  The gateway's calls run in the writer's own thread pool
-# (writer.WRITE_THREADS), sized to match.
-WRITES_AT_ONCE = WRITE_THREADS
-
-
-def _lane(action: act.Action) -> tuple[str, ...]:
-    """What an action must stay in order with: the other actions of its gang (which
-    share its subject), else the object it writes; a member's release is its own lane."""
-    if isinstance(action, act.BindMember):
-        return ("Pod", action.pod.ref.namespace, action.pod.ref.name)
-    if isinstance(action, act.QueueStatus):
-        return ("Queue", action.queue.namespace, action.queue.name)
-    if isinstance(action, act.TeamQuotaStatus):
-        return ("TeamQuota", action.quota.name)
-    if isinstance(action, act.DeleteOrphan):
-        return ("PodGroup", action.group_ref.namespace, action.group_ref.name)
-    who = action.subject
-    return ("gang", who.kind, who.namespace, who.name)
-
-
-def _lanes(actions: list[act.Action]) -> list[list[act.Action]]:
-    """The actions split into lanes, each in its planned order, lanes by first action."""
-    lanes: dict[tuple[str, ...], list[act.Action]] = {}
-    for action in actions:
-        lanes.setdefault(_lane(action), []).append(action)
-    return list(lanes.values())

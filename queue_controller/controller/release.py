@@ -39,7 +39,8 @@ from queue_controller.controller.state import ClusterState, Key
 from queue_controller.errors import InputError
 from queue_controller.kube import kinds
 from queue_controller.kube.gangs import GangView
-from queue_controller.kube.snapshot import Located, member_of, translate
+from queue_controller.kube.pieces import member_of
+from queue_controller.kube.snapshot import Located, translate
 
 log = logging.getLogger(__name__)
 _GangKey = tuple[str, str, str]  # (kind name, namespace, gang name)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from queue_controller.core.dra import ClaimTemplate, DeviceClass, ResourceClaim, ResourceSlice
 from queue_controller.core.model import (
@@ -31,10 +31,10 @@ from queue_controller.core.model import (
     TeamQuota,
     Topology,
 )
-from queue_controller.core.requests import InvalidSpecError, pod_request
+from queue_controller.core.requests import InvalidSpecError
 from queue_controller.errors import InputError
-from queue_controller.kube import dra, kinds, nodehealth, objects
-from queue_controller.kube.fields import Obj, describe, get, timestamp
+from queue_controller.kube import dra, kinds, objects
+from queue_controller.kube.fields import Obj, describe, get
 from queue_controller.kube.fields import objects as objects_of
 from queue_controller.kube.gangs import (
     WORKLOAD_KIND_LABEL,
@@ -45,8 +45,9 @@ from queue_controller.kube.gangs import (
 )
 from queue_controller.kube.kinds import WorkloadKind
 from queue_controller.kube.memo import TranslationMemo
+from queue_controller.kube.pieces import PodPiece, read_head, read_node, read_pod
 from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
-from queue_controller.kube.views import MemberPod, Ref, member_pod, ref_of
+from queue_controller.kube.views import MemberPod, Ref, ref_of
 
 SUPPORTED_KINDS = {(r.api_version, r.kind) for r in kinds.WATCHED}
 
@@ -95,62 +96,11 @@ class Translation:
     node_health: dict[str, tuple[GpuHealth, float]]
 
 
-@dataclass(frozen=True, slots=True)
-class _PodPiece:
-    """A pod, read: its view (with the pod set its kind gives it), the gang that claims
-    it, and, when it is bound, what it holds of its node (or why that cannot be read)."""
-
-    pod: MemberPod
-    gang: tuple[str, str, str] | None  # (kind name, namespace, gang name)
-    request: dict[str, int] | InvalidSpecError | None
-
-
-def _read_pod(obj: Obj) -> _PodPiece:
-    pod = member_pod(obj)
-    gang = None
-    claimed = kinds.claim(pod)
-    if claimed is not None:
-        kind, membership = claimed
-        if membership.pod_set != pod.pod_set:
-            pod = replace(pod, pod_set=membership.pod_set)
-        gang = (kind.name, pod.ref.namespace, membership.workload)
-    request: dict[str, int] | InvalidSpecError | None = None
-    if pod.node_name:
-        try:
-            request = pod_request(pod.template)
-        except InvalidSpecError as error:
-            request = error  # reported at every cycle, as if read afresh
-    return _PodPiece(pod, gang, request)
-
-
-def member_of(obj: Obj) -> tuple[MemberPod, tuple[str, str, str] | None]:
-    """A pod read as a cycle reads it, and the gang that claims it: (kind name,
-    namespace, gang name), or None.  Raises :class:`InputError` for a malformed pod."""
-    piece = _read_pod(obj)
-    return piece.pod, piece.gang
-
-
-def _read_head(obj: Obj) -> tuple[str, str] | None:
-    """A queued head's namespace and name; None when it is in no queue."""
-    if not kinds.BY_HEAD[str(obj.get("kind"))].is_queued(obj):
-        return None
-    namespace = get(obj, "metadata.namespace", str, "default") or "default"
-    return namespace, get(obj, "metadata.name", str, "")
-
-
-def _read_node(obj: Obj) -> tuple[Node, tuple[GpuHealth, float] | None]:
-    node = objects.node(obj)
-    if node.gpu_health is None:
-        return node, None
-    state = nodehealth.condition(obj) or {}
-    return node, (node.gpu_health, timestamp(state, "lastTransitionTime") or 0.0)
-
-
 @dataclass
 class _Collected:
     nodes: list[Node] = field(default_factory=list)
     health: dict[str, tuple[GpuHealth, float]] = field(default_factory=dict)
-    pods: list[tuple[Located, _PodPiece]] = field(default_factory=list)
+    pods: list[tuple[Located, PodPiece]] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     quotas: list[QuotaView] = field(default_factory=list)
     cohorts: list[Cohort] = field(default_factory=list)
@@ -196,12 +146,12 @@ def _collect_one(item: Located, into: _Collected, memo: TranslationMemo) -> None
     obj = item.obj
     kind = obj.get("kind")
     if kind == "Node":
-        node, health = memo.piece(obj, lambda: _read_node(obj))
+        node, health = memo.piece(obj, lambda: read_node(obj))
         into.nodes.append(node)
         if health is not None:
             into.health[node.name] = health
     elif kind == "Pod":
-        into.pods.append((item, memo.piece(obj, lambda: _read_pod(obj))))
+        into.pods.append((item, memo.piece(obj, lambda: read_pod(obj))))
     elif kind == "PriorityClass":
         into.priority_classes.append(memo.piece(obj, lambda: objects.priority_class(obj)))
     elif kind == "TeamQuota":
@@ -237,7 +187,7 @@ def _collect_one(item: Located, into: _Collected, memo: TranslationMemo) -> None
     elif kind == "DeviceClass":
         into.device_classes.append(memo.piece(obj, lambda: dra.device_class(obj)))
     elif isinstance(kind, str) and kind in kinds.BY_HEAD:
-        head = memo.piece(obj, lambda: _read_head(obj))
+        head = memo.piece(obj, lambda: read_head(obj))
         if head is not None:  # None: not in a queue, not ours to hold
             into.heads[str(kind)].append((item, *head))
     else:
@@ -340,7 +290,7 @@ def build_snapshot(items: Iterable[Located], *, now: float, skip: Skip | None = 
 _Members = dict[tuple[str, str, str], list[MemberPod]]
 
 
-def _claim_members(pods: list[tuple[Located, _PodPiece]]) -> _Members:
+def _claim_members(pods: list[tuple[Located, PodPiece]]) -> _Members:
     members: _Members = defaultdict(list)
     for _, piece in pods:
         if piece.gang is not None:
@@ -421,7 +371,7 @@ def _view(
 
 
 def _bound_pods(
-    pods: list[tuple[Located, _PodPiece]], members: _Members, fail: Skip
+    pods: list[tuple[Located, PodPiece]], members: _Members, fail: Skip
 ) -> list[BoundPod]:
     owner_of: dict[int, str] = {}
     for (kind_name, namespace, name), group in members.items():
@@ -459,6 +409,5 @@ __all__ = [
     "Translation",
     "build_snapshot",
     "is_supported",
-    "member_of",
     "translate",
 ]

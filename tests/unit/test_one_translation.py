@@ -20,7 +20,7 @@ from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState, key_of, slim_pod
-from queue_controller.kube import objects, snapshot, views
+from queue_controller.kube import objects, pieces, views
 from queue_controller.kube.kinds.batchjob import BatchJob
 from queue_controller.kube.kinds.plainpods import PlainPods
 from tests.fakes.gateway import FakeGateway
@@ -143,7 +143,7 @@ def counted(target: Any, name: str, calls: Counter[str], key: str) -> Any:
 
 def patches(calls: Counter[str]) -> Iterator[Any]:
     yield counted(views, "member_pod", calls, "pod")
-    yield counted(snapshot, "member_pod", calls, "pod")
+    yield counted(pieces, "member_pod", calls, "pod")
     yield counted(objects, "pod_group", calls, "podgroup")
     yield counted(writer, "pod_group", calls, "podgroup")
     yield counted(objects, "node", calls, "node")
