@@ -135,20 +135,20 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         log.warning("TEST-ONLY FAULT: evictions are turned off (QC_FAULT_SKIP_EVICTIONS)")
     in_flight = InFlight()  # members being released, by cycles or by the releaser
     threads = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="write")
+
+    def applier() -> Applier:
+        # One for the loop, one for the releaser: each keeps its own record of the
+        # writes it made in a batch; they share the slots in flight and the threads.
+        return Applier(
+            gateway, state, journal, metrics, clock=time.time, in_flight=in_flight, threads=threads
+        )
+
     scheduling = SchedulingLoop(
         state=state,
         planner=Planner(
             settings.pods_ready_timeout_seconds, skip_evictions=settings.fault_skip_evictions
         ),
-        applier=Applier(
-            gateway,
-            state,
-            journal,
-            metrics,
-            clock=time.time,
-            in_flight=in_flight,
-            threads=threads,
-        ),
+        applier=applier(),
         leadership=leadership,
         metrics=metrics,
         health=health,
@@ -160,15 +160,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     )
     releaser = Releaser(
         state=state,
-        applier=Applier(
-            gateway,
-            state,
-            journal,
-            metrics,
-            clock=time.time,
-            in_flight=in_flight,
-            threads=threads,
-        ),
+        applier=applier(),
         leadership=leadership,
         members=lambda: scheduling.members,
         planning=scheduling.planning,

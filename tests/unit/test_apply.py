@@ -529,6 +529,19 @@ def test_the_weighted_share_is_written_and_leaves_when_fair_sharing_ends() -> No
     assert "fairSharing" not in c.held("TeamQuota", "team", namespace="")["status"]
 
 
+def patch_together(c: Cluster, kind: str, writes: int) -> None:
+    """Make the fake hold each patch of ``kind`` until ``writes`` of them are under way."""
+    barrier = threading.Barrier(writes, timeout=10)
+    patch = c.fake.patch
+
+    def together(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        if resource.kind == kind:
+            barrier.wait()
+        return patch(resource, *args, **kwargs)
+
+    c.fake.patch = together  # type: ignore[method-assign]
+
+
 def test_members_released_in_one_cycle_are_patched_together() -> None:
     members = 4
     c = cluster(
@@ -541,15 +554,7 @@ def test_members_released_in_one_cycle_are_patched_together() -> None:
     assert len(only(actions, act.BindMember)) == members
     # Each member's patch waits until every member's patch is under way: applied one
     # at a time, the first would wait alone and the barrier would break.
-    barrier = threading.Barrier(members, timeout=10)
-    patch = c.fake.patch
-
-    def together(resource: Any, *args: Any, **kwargs: Any) -> Any:
-        if resource.kind == "Pod":
-            barrier.wait()
-        return patch(resource, *args, **kwargs)
-
-    c.fake.patch = together  # type: ignore[method-assign]
+    patch_together(c, "Pod", members)
     assert c.apply(actions) == 0
     for i in range(members):
         gates = c.held("Pod", f"bind-{i}")["spec"].get("schedulingGates") or []
@@ -592,15 +597,7 @@ def test_gangs_admitted_in_one_cycle_are_written_at_once_each_in_its_own_order()
     assert len(admissions) == len(names)
     # Each gang's PodGroup status write waits until every gang's is under way: one
     # gang at a time, the first would wait alone and the barrier would break.
-    barrier = threading.Barrier(len(names), timeout=10)
-    patch = c.fake.patch
-
-    def together(resource: Any, *args: Any, **kwargs: Any) -> Any:
-        if resource.kind == "PodGroup":
-            barrier.wait()
-        return patch(resource, *args, **kwargs)
-
-    c.fake.patch = together  # type: ignore[method-assign]
+    patch_together(c, "PodGroup", len(names))
     assert c.apply(admissions) == 0
     for n in names:
         mine = [call for call in c.fake.writes() if call.name == n]

@@ -94,7 +94,7 @@ def raw_objects() -> list[dict[str, Any]]:
     ]
 
 
-def run_one_cycle(state: ClusterState, gateway: FakeGateway) -> None:
+def run_one_cycle(state: ClusterState, gateway: FakeGateway, *, cycles: int = 1) -> Metrics:
     metrics = Metrics()
     loop = SchedulingLoop(
         state=state,
@@ -108,7 +108,9 @@ def run_one_cycle(state: ClusterState, gateway: FakeGateway) -> None:
         batch_seconds=0,
         status_writes_per_cycle=100,
     )
-    asyncio.run(loop.cycle())
+    for _ in range(cycles):
+        asyncio.run(loop.cycle())
+    return metrics
 
 
 @mock.patch.object(Tracked, "readers", Counter())
@@ -184,21 +186,7 @@ def test_a_cycle_times_each_of_its_phases() -> None:
     state = ClusterState()
     for obj in raw_objects():
         state.upsert(obj)
-    metrics = Metrics()
-    loop = SchedulingLoop(
-        state=state,
-        planner=Planner(300),
-        applier=Applier(FakeGateway(*raw_objects()), state, None, metrics, clock=lambda: NOW),
-        leadership=Leadership(Settings(leader_election=False), metrics),
-        metrics=metrics,
-        health=Health(),
-        clock=lambda: NOW,
-        tick_seconds=1,
-        batch_seconds=0,
-        status_writes_per_cycle=100,
-    )
-    asyncio.run(loop.cycle())
-    asyncio.run(loop.cycle())
+    metrics = run_one_cycle(state, FakeGateway(*raw_objects()), cycles=2)
     registry = metrics.registry
     for phase in ("translate", "core", "plan", "apply"):
         labels = {"phase": phase}
