@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.bench.e2e.kueue import selftest
+from tests.bench.e2e.kueueselftest import selftest
 
 pytestmark = [
     pytest.mark.cluster,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.bench.e2e import kueue
+from tests.bench.e2e import kueue, kueueobjects
 from tests.bench.e2e.teams import QUEUE_NAME, QueueSettings, TeamSpec
 
 GPU = "nvidia.com/gpu"
@@ -23,15 +23,15 @@ def _quotas(cq: dict[str, object]) -> dict[str, dict[str, str]]:
     assert isinstance(spec, dict)
     (group,) = spec["resourceGroups"]
     (flavor,) = group["flavors"]
-    assert flavor["name"] == kueue.FLAVOR
+    assert flavor["name"] == kueueobjects.FLAVOR
     assert group["coveredResources"] == [r["name"] for r in flavor["resources"]]
     return {r["name"]: {k: v for k, v in r.items() if k != "name"} for r in flavor["resources"]}
 
 
 def test_one_flavor_carries_each_teams_whole_gpu_quota() -> None:
-    covered = kueue.covered_resources([RESEARCH, PROD])
+    covered = kueueobjects.covered_resources([RESEARCH, PROD])
     assert covered == [GPU, MIG]
-    research = kueue.cluster_queue(RESEARCH, covered)
+    research = kueueobjects.cluster_queue(RESEARCH, covered)
     assert research["spec"]["cohortName"] == "pool"
     assert research["spec"]["namespaceSelector"] == {}
     assert _quotas(research) == {
@@ -41,27 +41,27 @@ def test_one_flavor_carries_each_teams_whole_gpu_quota() -> None:
 
 
 def test_a_resource_the_team_does_not_name_is_unlimited_and_never_lent() -> None:
-    covered = kueue.covered_resources([RESEARCH, PROD])
-    quotas = _quotas(kueue.cluster_queue(PROD, covered))
+    covered = kueueobjects.covered_resources([RESEARCH, PROD])
+    quotas = _quotas(kueueobjects.cluster_queue(PROD, covered))
     assert quotas[GPU] == {"nominalQuota": "24"}
-    assert quotas[MIG] == {"nominalQuota": str(kueue.UNLIMITED_DEFAULT), "lendingLimit": "0"}
+    assert quotas[MIG] == {"nominalQuota": str(kueueobjects.UNLIMITED_DEFAULT), "lendingLimit": "0"}
 
 
 def test_no_cohort_no_borrowing_limit() -> None:
-    cq = kueue.cluster_queue(SOLO, [GPU])
+    cq = kueueobjects.cluster_queue(SOLO, [GPU])
     assert "cohortName" not in cq["spec"]
     assert _quotas(cq) == {GPU: {"nominalQuota": "8"}}
 
 
 def test_requested_resources_no_team_names_are_excluded() -> None:
-    assert kueue.excluded_prefixes([RESEARCH, PROD]) == [
+    assert kueueobjects.excluded_prefixes([RESEARCH, PROD]) == [
         "cpu",
         "memory",
         "ephemeral-storage",
         "hugepages-",
     ]
     with_cpu = TeamSpec("c", "c", nominal={"cpu": 100, GPU: 8})
-    assert kueue.excluded_prefixes([with_cpu], ["nvidia.com/mig-3g.40gb", GPU]) == [
+    assert kueueobjects.excluded_prefixes([with_cpu], ["nvidia.com/mig-3g.40gb", GPU]) == [
         "memory",
         "ephemeral-storage",
         "hugepages-",
@@ -70,13 +70,13 @@ def test_requested_resources_no_team_names_are_excluded() -> None:
 
 
 def test_queue_objects_make_namespaces_flavor_and_a_local_queue_per_team() -> None:
-    objects = kueue.queue_objects([RESEARCH, SOLO])
+    objects = kueueobjects.queue_objects([RESEARCH, SOLO])
     kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
     assert kinds == [
         ("Namespace", "kueue-system"),
         ("Namespace", "research"),
         ("Namespace", "solo"),
-        ("ResourceFlavor", kueue.FLAVOR),
+        ("ResourceFlavor", kueueobjects.FLAVOR),
         ("ClusterQueue", "research"),
         ("LocalQueue", QUEUE_NAME),
         ("ClusterQueue", "solo"),
@@ -93,7 +93,7 @@ def test_configuration_takes_the_shared_waiting_rules() -> None:
         pods_ready_timeout_seconds=45, backoff_base_seconds=7, backoff_max_seconds=70
     )
     ports = {"webhook": 1, "health": 2, "metrics": 3}
-    config = kueue.configuration(
+    config = kueueobjects.configuration(
         settings, ports=ports, cert_dir=Path("/c"), excluded=["cpu"], qps=-1, burst=10
     )
     assert config["waitForPodsReady"] == {
@@ -132,7 +132,7 @@ def test_webhooks_call_loopback_and_leave_out_pods() -> None:
         },
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}},
     ]
-    (made,) = kueue.webhook_configurations(manifests, port=9443, ca_bundle=b"CA")
+    (made,) = kueueobjects.webhook_configurations(manifests, port=9443, ca_bundle=b"CA")
     assert made["metadata"]["name"] == "kueue-mutating-webhook-configuration"
     (hook,) = made["webhooks"]
     assert hook["name"] == "mjob.kb.io"
