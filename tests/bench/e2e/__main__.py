@@ -92,6 +92,25 @@ def parser() -> argparse.ArgumentParser:
         help="openb runtimes are spread over this range, in seconds",
     )
     p.add_argument(
+        "--pods-ready-timeout",
+        type=int,
+        default=QueueSettings().pods_ready_timeout_seconds,
+        help="seconds an admitted gang has to run before it is evicted (our Queue's "
+        "podsReadyTimeoutSeconds, Kueue's waitForPodsReady.timeout)",
+    )
+    p.add_argument(
+        "--backoff-base",
+        type=int,
+        default=QueueSettings().backoff_base_seconds,
+        help="requeue backoff after an eviction, first step (both systems)",
+    )
+    p.add_argument(
+        "--backoff-max",
+        type=int,
+        default=QueueSettings().backoff_max_seconds,
+        help="requeue backoff, most (both systems)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -132,7 +151,11 @@ def main(argv: Sequence[str] | None = None, *, progress: Progress | None = None)
     started = time.monotonic()
     shape = make_shape(args.nodes)
     trace = load(args.trace, shape, jobs=args.jobs, seed=args.seed, runtime=args.runtime)
-    settings = QueueSettings()
+    settings = QueueSettings(
+        pods_ready_timeout_seconds=args.pods_ready_timeout,
+        backoff_base_seconds=args.backoff_base,
+        backoff_max_seconds=args.backoff_max,
+    )
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     config = RunConfig(out=out, shape=shape, trace=trace, settings=settings, timeout=args.timeout)

@@ -25,7 +25,9 @@ class TeamSpec:
 class QueueSettings:
     """The same waiting rules for both systems (our Queue spec; Kueue's waitForPodsReady)."""
 
-    pods_ready_timeout_seconds: int = 60
+    # Both systems' own default (Kueue's waitForPodsReady.timeout, our Queue's): at 1,000
+    # nodes on 2 cores the Job controller alone takes over a minute to make a burst's pods.
+    pods_ready_timeout_seconds: int = 300
     backoff_base_seconds: int = 10
     backoff_max_seconds: int = 300
 
