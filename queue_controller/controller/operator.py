@@ -29,7 +29,7 @@ from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.loop import SchedulingLoop
 from queue_controller.controller.metrics import Metrics
-from queue_controller.controller.release import Releaser
+from queue_controller.controller.release import RELEASE_THREADS, Releaser
 from queue_controller.controller.resync import Resync
 from queue_controller.controller.server import Health, HealthServer
 from queue_controller.controller.settings import Settings
@@ -54,7 +54,9 @@ class StartupError(QueueControllerError):
 def connect(settings: Settings) -> client.ApiClient:
     """Load credentials into the client's default configuration (kopf logs in from it too)."""
     try:
-        return credentials.api_client(settings.kubeconfig, connections=WRITE_THREADS)
+        return credentials.api_client(
+            settings.kubeconfig, connections=WRITE_THREADS + RELEASE_THREADS
+        )
     except credentials.CredentialsError as error:
         raise StartupError(str(error)) from None
 
@@ -134,11 +136,10 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     if settings.fault_skip_evictions:
         log.warning("TEST-ONLY FAULT: evictions are turned off (QC_FAULT_SKIP_EVICTIONS)")
     in_flight = InFlight()  # members being released, by cycles or by the releaser
-    threads = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="write")
 
-    def applier() -> Applier:
+    def applier(threads: ThreadPoolExecutor) -> Applier:
         # One for the loop, one for the releaser: each keeps its own record of the
-        # writes it made in a batch; they share the slots in flight and the threads.
+        # writes it made in a batch, and its own threads; they share the slots in flight.
         return Applier(
             gateway, state, journal, metrics, clock=time.time, in_flight=in_flight, threads=threads
         )
@@ -148,7 +149,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         planner=Planner(
             settings.pods_ready_timeout_seconds, skip_evictions=settings.fault_skip_evictions
         ),
-        applier=applier(),
+        applier=applier(ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="write")),
         leadership=leadership,
         metrics=metrics,
         health=health,
@@ -160,7 +161,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     )
     releaser = Releaser(
         state=state,
-        applier=applier(),
+        applier=applier(ThreadPoolExecutor(RELEASE_THREADS, thread_name_prefix="release")),
         leadership=leadership,
         members=lambda: scheduling.members,
         planning=scheduling.planning,

@@ -43,6 +43,8 @@ from queue_controller.kube.pieces import member_of
 from queue_controller.kube.snapshot import Located, translate
 
 log = logging.getLogger(__name__)
+# Its own threads: on the loop's, its releases queued behind a cycle's pending reasons.
+RELEASE_THREADS = 8
 _GangKey = tuple[str, str, str]  # (kind name, namespace, gang name)
 
 

@@ -603,3 +603,22 @@ def test_gangs_admitted_in_one_cycle_are_written_at_once_each_in_its_own_order()
         mine = [call for call in c.fake.writes() if call.name == n]
         assert steps(mine) == ["patch PodGroup/status", "event", "patch Job"], n
         assert c.held("Job", n)["spec"]["suspend"] is False
+
+
+def test_lanes_that_let_members_run_are_written_before_pending_reasons() -> None:
+    from queue_controller.controller.lanes import lanes
+
+    c = cluster(
+        job("waits"),
+        group("waits", phase="Pending"),
+        job("bind", suspend=False),
+        group("bind", phase="Admitted", placement={"n1": 2}, admittedAt=iso(5)),
+        *(pod(f"bind-{i}", gated=True, phase="Pending", owner="bind") for i in range(2)),
+    )
+    actions = c.plan(pending("waits"))
+    pending_first = sorted(actions, key=lambda a: not isinstance(a, act.MarkPending))
+    assert isinstance(pending_first[0], act.MarkPending)
+    ordered = lanes(pending_first)
+    kinds = [type(lane[0]) for lane in ordered]
+    assert kinds[:2] == [act.BindMember, act.BindMember]
+    assert act.MarkPending in kinds[2:]
