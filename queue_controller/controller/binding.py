@@ -93,11 +93,19 @@ def bindings(
 ) -> Iterable[act.BindMember]:
     """Each gated member gets a node of its pod set's plan that still has a slot for it.
 
+    Only once the gang is whole: until every planned member exists (running, done, or
+    gated and waiting), none is sent.  A Job's members are made by the Job controller a
+    few at a time, and under load the last came a minute after the first (`make
+    bench-e2e` at 1,000 nodes); members sent as they came held their GPUs all that while
+    with the gang only partly placed.
+
     A pod set admitted in slices (``sliced``) binds by slice instead (:func:`_slice_bindings`).
     """
     sliced = sliced or {}
     first = gang.workload.pod_sets[0].name if gang.workload.pod_sets else ""
     plans = dict(by_set) if by_set else {first: placement}
+    if not _whole(gang, plans, first):
+        return
     live = gang.live_pods
     for pod_set, plan in sorted(plans.items()):
 
@@ -121,6 +129,18 @@ def bindings(
         (p for p in live if p.gated and (p.pod_set or first) not in plans), key=lambda p: p.ref.name
     ):
         yield act.BindMember(pod=pod, node=None)
+
+
+def _whole(gang: GangView, plans: Mapping[str, Mapping[str, int]], first: str) -> bool:
+    """Every planned member exists: live, or done (a member that succeeded is not made
+    again, and its replacement-free siblings must still go)."""
+    planned = sum(sum(plan.values()) for plan in plans.values())
+    present = sum(
+        1
+        for p in gang.gang.members
+        if (p.live or p.phase == "Succeeded") and (p.pod_set or first) in plans
+    )
+    return present >= planned
 
 
 def _slice_bindings(

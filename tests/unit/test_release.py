@@ -14,7 +14,7 @@ from queue_controller.controller.leader import Leadership
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.release import Releaser
 from queue_controller.controller.settings import Settings
-from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL
+from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL, POD
 from tests.unit.test_apply import Cluster, cluster, only
 from tests.unit.test_lifecycle import NOW, group, iso, job, pod
 
@@ -143,3 +143,27 @@ def test_reserved_slots_are_freed_when_the_writes_are_done_even_failed_ones() ->
     with pytest.raises(Exception, match="a bug"):
         asyncio.run(c.applier.apply_all(actions, reserved=reserved))
     assert len(c.applier.in_flight) == 0
+
+
+def test_no_member_is_sent_until_the_gang_is_whole() -> None:
+    """The Job controller makes a big gang's members a few at a time: sent as they came,
+    the first would hold their GPUs while the gang was only partly placed."""
+    c = admitted("bind-0", placement={"n1": 2})
+    assert asyncio.run(releaser(c).release()) == 0
+    assert only(c.plan(), act.BindMember) == []
+    assert c.fake.writes() == []
+    c.fake.create(POD, "ns", pod("bind-1", gated=True, phase="Pending", owner="bind"))
+    c.watch("Pod", "bind-1")
+    assert asyncio.run(releaser(c, members=("bind-0",)).release()) == 2
+    assert [sent_to(c, "bind-0"), sent_to(c, "bind-1")] == ["n1", "n1"]
+
+
+def test_a_member_that_succeeded_still_counts_toward_a_whole_gang() -> None:
+    c = cluster(
+        job("bind", suspend=False),
+        group("bind", phase="Running", placement={"n1": 2}, admittedAt=iso(50)),
+        pod("bind-0", node="n1", phase="Succeeded", owner="bind"),
+        pod("bind-1b", gated=True, phase="Pending", owner="bind"),  # bind-1 failed, remade
+    )
+    (bind,) = only(c.plan(), act.BindMember)
+    assert (bind.pod.ref.name, bind.node) == ("bind-1b", "n1")
