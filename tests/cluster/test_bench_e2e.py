@@ -92,6 +92,9 @@ def test_the_scale_harness_times_every_phase_of_the_controllers_cycle(tmp_path: 
         assert window["phase_mean_seconds"][phase] is not None, phase
         assert window["phase_mean_seconds"][phase] >= 0, phase
     assert report["cycle_over_core"] > 1
+    assert 1 <= report["planning_over_core"] <= report["cycle_over_core"]
+    assert report["quiet_seconds"] >= 0
+    assert window["writes"] >= 0
     assert report["churned_pods"] > 0
     assert report["peak_rss_bytes"] > 10 * 2**20
     assert "full cycle / core" in (out / "scale.md").read_text()
