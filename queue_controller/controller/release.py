@@ -75,7 +75,11 @@ class Releaser:
             arrived = asyncio.create_task(self.state.gated_arrived.wait())
             stopping = asyncio.create_task(stop.wait())
             try:
-                await asyncio.wait((arrived, stopping), return_when=asyncio.FIRST_COMPLETED)
+                # At least once a second: the event is set from kopf's handler threads,
+                # and a wake-up from another thread can be late.
+                await asyncio.wait(
+                    (arrived, stopping), timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 arrived.cancel()
                 stopping.cancel()

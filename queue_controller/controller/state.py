@@ -12,6 +12,7 @@ consistent copy.  Two rules keep the picture from going backwards:
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,9 @@ class ClusterState:
     # of admitted gangs it can send to their nodes without waiting for a cycle.
     _gated_arrivals: set[Key] = field(default_factory=set)
     gated_arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    # kopf runs our (sync) handlers on its worker threads: the arrivals are taken on the
+    # event loop's, so adding and taking hold this lock.
+    _arrivals_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def upsert(self, obj: Mapping[str, Any]) -> bool:
         """Hold ``obj`` unless an equal or newer version is already held; True if taken."""
@@ -107,15 +111,17 @@ class ClusterState:
         self._tombstones.pop(key, None)
         self._objects[key] = slim_pod(obj) if key[0] == "Pod" else dict(obj)
         if key[0] == "Pod" and (obj.get("spec") or {}).get("schedulingGates"):
-            self._gated_arrivals.add(key)
+            with self._arrivals_lock:
+                self._gated_arrivals.add(key)
             self.gated_arrived.set()
         self._touch()
         return True
 
     def take_gated_arrivals(self) -> set[Key]:
         """The gated pods taken since the last call (each may have changed since)."""
-        taken, self._gated_arrivals = self._gated_arrivals, set()
-        self.gated_arrived.clear()
+        with self._arrivals_lock:
+            taken, self._gated_arrivals = self._gated_arrivals, set()
+            self.gated_arrived.clear()
         return taken
 
     def delete(self, obj: Mapping[str, Any]) -> None:
@@ -167,7 +173,9 @@ class ClusterState:
         return self._objects.get((kind, namespace, name))
 
     def of_kind(self, kind: str) -> Iterator[Obj]:
-        return (obj for key, obj in self._objects.items() if key[0] == kind)
+        # The items are copied at once (one C call, under the GIL): a handler thread may
+        # add an object meanwhile, and iterating the live dict would then raise.
+        return (obj for key, obj in list(self._objects.items()) if key[0] == kind)
 
     def all(self) -> list[Obj]:
         return list(self._objects.values())

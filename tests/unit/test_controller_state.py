@@ -143,3 +143,25 @@ def test_an_unknown_qc_variable_is_a_typo_that_stops_start_up(
         settings.load()
     assert caught.value.field == "QC_TICK_SECOND"
     assert "QC_TICK_SECONDS" in str(caught.value)
+
+
+def test_reading_a_kind_is_not_broken_by_an_object_taken_meanwhile() -> None:
+    """kopf runs the watch handlers on its own threads: an object may be taken while the
+    loop (the DCGM source, say) reads the nodes.  Iterating the live dict then raised
+    'dictionary changed size during iteration' and ended the controller."""
+    state = ClusterState()
+    state.upsert({"kind": "Node", "metadata": {"name": "n1", "resourceVersion": "1"}})
+    reading = state.of_kind("Node")
+    state.upsert({"kind": "Node", "metadata": {"name": "n2", "resourceVersion": "2"}})
+    assert [n["metadata"]["name"] for n in reading] == ["n1"]
+
+
+def test_gated_pods_taken_are_handed_to_the_releaser_once() -> None:
+    state = ClusterState()
+    gated = {"schedulingGates": [{"name": "queue-controller.io/admission"}]}
+    state.upsert({"kind": "Pod", "metadata": {"name": "a", "namespace": "ns"}, "spec": gated})
+    state.upsert({"kind": "Pod", "metadata": {"name": "b", "namespace": "ns"}, "spec": {}})
+    assert state.gated_arrived.is_set()
+    assert state.take_gated_arrivals() == {("Pod", "ns", "a")}
+    assert not state.gated_arrived.is_set()
+    assert state.take_gated_arrivals() == set()
