@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from queue_controller.controller import actions as act
 from queue_controller.controller.apply import Applier
-from queue_controller.controller.binding import InFlight, with_sent
+from queue_controller.controller.binding import with_sent
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import HOLDING, Planner, subject
 from queue_controller.controller.metrics import Metrics
@@ -69,7 +69,6 @@ class SchedulingLoop:
         batch_seconds: float,
         status_writes_per_cycle: int,
         idle: Callable[[tuple[GangView, ...], float], dict[str, float]] | None = None,
-        in_flight: InFlight | None = None,
     ) -> None:
         self.state, self.planner, self.applier = state, planner, applier
         self.leadership, self.metrics, self.health = leadership, metrics, health
@@ -84,8 +83,8 @@ class SchedulingLoop:
         self._holding: dict[str, act.Subject] = {}
         # Typed pieces of the objects that did not change since the last cycle.
         self._memo = TranslationMemo()
-        # Members being released (by this loop's applier or the releaser's).
-        self.in_flight = in_flight if in_flight is not None else applier.in_flight
+        # Members being released (by this loop's applier or the releaser's, which share it).
+        self.in_flight = applier.in_flight
         # Each gang's member pods as of the last cycle (the releaser's index).
         self.members: GangMembers = {}
         self.planning = asyncio.Lock()  # held while members' slots are being planned
