@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -215,11 +216,15 @@ def test_status_writes_that_lose_a_race_are_retried_until_they_land(
     cluster: Cluster, namespace: str, objects: Objects, controller: ControllerProcess
 ) -> None:
     """A second writer bumps every PodGroup's resourceVersion (a label) every 50 ms, so the
-    controller's conditional status writes meet 409 Conflict; each gang still gets there."""
-    objects.queue("q", objects.team_quota(16))
+    controller's conditional status writes meet 409 Conflict; each gang still gets there.
+
+    The gangs first wait for quota, so the racer is seen bumping all four before admission,
+    and again while they are admitted: a fast controller cannot outrun the race unseen."""
+    team = objects.team_quota(0)
+    objects.queue("q", team)
     stop = threading.Event()
     api = client.CustomObjectsApi(cluster.api)
-    bumps = [0]
+    bumped: Counter[str] = Counter()
 
     def race() -> None:
         tick = 0
@@ -236,7 +241,7 @@ def test_status_writes_that_lose_a_race_are_retried_until_they_land(
                         group["metadata"]["name"],
                         {"metadata": {"labels": {"racer": str(tick)}}},
                     )
-                    bumps[0] += 1
+                    bumped[group["metadata"]["name"]] += 1
             time.sleep(0.05)
 
     racer = threading.Thread(target=race, daemon=True)
@@ -244,12 +249,22 @@ def test_status_writes_that_lose_a_race_are_retried_until_they_land(
     try:
         for i in range(4):
             create(cluster, namespace, job(f"g{i}", queue="q", gpus=2, pods=2, nodes=h100(2, 3)))
+        eventually(
+            lambda: (len(bumped) == 4 and min(list(bumped.values())) >= 5) or None,
+            timeout=60,
+            what="the racer bumping all four pending PodGroups",
+        )
+        before = sum(bumped.values())
+        api.patch_cluster_custom_object(
+            GROUP, VERSION, "teamquotas", team, {"spec": {"resources": {GPU: {"nominal": 16}}}}
+        )
         for i in range(4):
             eventually(lambda i=i: objects.phase(f"g{i}", "Running"), timeout=90, what=f"g{i}")
+        during = sum(bumped.values()) - before
     finally:
         stop.set()
         racer.join(timeout=10)
-    assert bumps[0] > 20
+    assert during > 0, "the racer stopped before the gangs were admitted"
     for i in range(4):
         group = objects.pod_group(f"g{i}")
         assert group is not None
