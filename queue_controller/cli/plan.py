@@ -11,6 +11,7 @@ import click
 from queue_controller.cli.options import output_option
 from queue_controller.cli.render import decisions_table
 from queue_controller.core import schedule
+from queue_controller.core.pacing import DEFAULT_CREATION_BACKLOG
 from queue_controller.dump import bundled_example, decode, load_snapshot, read_file
 from queue_controller.errors import InputError
 
@@ -60,7 +61,21 @@ def _read_stdin() -> str:
     is_flag=True,
     help="Skip objects of kinds plan does not read (Services, ConfigMaps, ...) instead of failing.",
 )
-def plan(files: tuple[str, ...], output: str, now: str | None, ignore_unknown: bool) -> None:
+@click.option(
+    "--creation-backlog",
+    type=click.IntRange(min=0),
+    default=DEFAULT_CREATION_BACKLOG,
+    show_default=True,
+    help="Pace admission as the controller does: gangs wait (PodCreationBacklog) while "
+    "admitted Jobs' pods not made yet would pass this many. 0: no limit.",
+)
+def plan(
+    files: tuple[str, ...],
+    output: str,
+    now: str | None,
+    ignore_unknown: bool,
+    creation_backlog: int,
+) -> None:
     """Decide offline which pending gangs would be admitted, where, and why the rest wait.
 
     Runs the same admission cycle as the controller over a cluster dump and
@@ -72,7 +87,7 @@ def plan(files: tuple[str, ...], output: str, now: str | None, ignore_unknown: b
         ("<stdin>", _read_stdin()) if path == "-" else (path, read_file(path)) for path in files
     ] or [bundled_example()]
     snapshot, skipped = load_snapshot(sources, now=_parse_now(now), ignore_unknown=ignore_unknown)
-    result = schedule(snapshot)
+    result = schedule(snapshot, creation_backlog=creation_backlog or None)
     if output == "json":
         payload = {"decisions": [d.as_dict() for d in result.decisions]}
         click.echo(json.dumps(payload, indent=2))

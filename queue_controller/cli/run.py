@@ -65,6 +65,13 @@ import click
     "[QC_PODS_READY_TIMEOUT_SECONDS]",
 )
 @click.option(
+    "--creation-backlog",
+    "creation_backlog_pods",
+    type=int,
+    help="Admission waits while this many pods of admitted gangs are still to be made by "
+    "their controllers (default 128; 0: no limit). [QC_CREATION_BACKLOG_PODS]",
+)
+@click.option(
     "--dcgm-urls",
     metavar="URL[,URL...]",
     help="Read GPU health and activity from DCGM: dcgm-exporter /metrics targets or a "

@@ -28,7 +28,7 @@ from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.controller.summaries import nominated_room
-from queue_controller.core import CycleResult, Verdict, schedule
+from queue_controller.core import CycleResult, Verdict, WorkloadPhase, schedule
 from queue_controller.core.gpuhealth import unhealthy_indices
 from queue_controller.errors import InputError
 from queue_controller.kube.gangs import GangView
@@ -52,6 +52,7 @@ class Plan:
     nominal: dict[tuple[str, str], int]  # (TeamQuota, resource) -> nominal, milli-units
     nominated: dict[tuple[str, str], float]  # (queue, resource) -> held for preemptors
     members: GangMembers  # each gang's member pods, for the releaser between cycles
+    awaiting_creation: int  # admitted gangs' pods their controllers have not made yet
 
 
 class SchedulingLoop:
@@ -68,6 +69,7 @@ class SchedulingLoop:
         tick_seconds: float,
         batch_seconds: float,
         status_writes_per_cycle: int,
+        creation_backlog: int | None = None,
         idle: Callable[[tuple[GangView, ...], float], dict[str, float]] | None = None,
     ) -> None:
         self.state, self.planner, self.applier = state, planner, applier
@@ -78,6 +80,7 @@ class SchedulingLoop:
             batch_seconds,
             status_writes_per_cycle,
         )
+        self.creation_backlog = creation_backlog  # admission's pacing (core/pacing.py)
         self.idle = idle  # which running gangs idle (from DCGM), when it is read
         # Admitted gangs as of the last cycle, to notice one whose objects vanish.
         self._holding: dict[str, act.Subject] = {}
@@ -175,7 +178,7 @@ class SchedulingLoop:
         )
         seen = replace(seen, gangs=with_sent(seen.gangs, sent))
         marks.append(time.perf_counter())
-        result = schedule(seen.snapshot)
+        result = schedule(seen.snapshot, creation_backlog=self.creation_backlog)
         marks.append(time.perf_counter())
         idle = self.idle(seen.gangs, now) if self.idle is not None else None
         actions = self.planner.plan(seen, result, now=now, idle=idle)
@@ -220,6 +223,11 @@ class SchedulingLoop:
             nominal,
             nominated,
             members,
+            sum(
+                w.uncreated_members
+                for w in seen.snapshot.workloads
+                if w.phase is WorkloadPhase.ADMITTED
+            ),
         )
 
     def _vanished(self, seen: Translation) -> list[act.Action]:
@@ -257,6 +265,7 @@ class SchedulingLoop:
                 pending[(f"{namespace}/{decision.queue}", decision.reason.value)] += 1
         self.metrics.set_pending(pending)
         self.metrics.partially_placed.set(plan.partially_placed)
+        self.metrics.awaiting_creation.set(plan.awaiting_creation)
         usage = plan.result.quota_usage
         nominal = {key: milli / 1000 for key, milli in plan.nominal.items()}
         used = {

@@ -70,6 +70,12 @@ class Metrics:
             "Admitted gangs with some, but fewer than minMember, members running.",
             registry=r,
         )
+        self.awaiting_creation = Gauge(
+            p + "pods_awaiting_creation",
+            "Pods of admitted gangs that their controllers (the Job controller) have not "
+            "made yet: admission waits while these pass --creation-backlog.",
+            registry=r,
+        )
         self.partial_placement = Histogram(
             p + "partial_placement_seconds",
             "How long a gang stayed partially placed before it ran whole or was evicted.",

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from queue_controller.core.pacing import DEFAULT_CREATION_BACKLOG
 from queue_controller.envsettings import load_settings
 from queue_controller.errors import InputError
 from queue_controller.journal import DEFAULT_URL
@@ -49,6 +50,12 @@ class Settings(BaseSettings):
     )
     pods_ready_timeout_seconds: int = Field(
         default=300, ge=0, description="Used when neither PodGroup nor Queue sets one."
+    )
+    creation_backlog_pods: int = Field(
+        default=DEFAULT_CREATION_BACKLOG,
+        ge=0,
+        description="Admission waits while admitted gangs' pods not yet made by their "
+        "controllers (the Job controller) pass this many; 0: no limit.",
     )
     status_writes_per_cycle: int = Field(
         default=200, ge=1, description="Cap on pending-reason status writes in one cycle."

@@ -31,6 +31,7 @@ from queue_controller.core.model import (
 )
 from queue_controller.core.nodes import may_select
 from queue_controller.core.ordering import PriorityTable, order_key
+from queue_controller.core.pacing import CreationPacer
 from queue_controller.core.preemption import PreemptingCycle
 from queue_controller.core.prepared import Prepared, node_usage, prepare
 from queue_controller.core.quantity import format_milli
@@ -55,7 +56,9 @@ class CycleResult:
 
 
 class _Cycle(PreemptingCycle):
-    def __init__(self, snapshot: Snapshot, placer_factory: PlacerFactory) -> None:
+    def __init__(
+        self, snapshot: Snapshot, placer_factory: PlacerFactory, creation_backlog: int | None
+    ) -> None:
         self.snapshot = snapshot
         priorities = PriorityTable(snapshot.priority_classes)
         self.queues = {(q.namespace, q.name): q for q in snapshot.queues}
@@ -69,6 +72,7 @@ class _Cycle(PreemptingCycle):
         if devices is not None:
             prepared = with_devices(devices, prepared)
         admitted = [p for p in prepared if p.workload.phase is WorkloadPhase.ADMITTED]
+        self.pacer = CreationPacer.of(creation_backlog, (p.workload for p in admitted))
         self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted))
         self.pending = sorted(
             (p for p in prepared if p.workload.phase is WorkloadPhase.PENDING),
@@ -312,8 +316,12 @@ class _Cycle(PreemptingCycle):
             )
         if workload.key in self.holding:
             decision = self._admit_nominated(prepared, queue)
+        elif self.pacer.holds(workload):
+            decision = pending(Reason.POD_CREATION_BACKLOG, self.pacer.message())
         else:
             decision = self._try_admit(prepared, queue)
+        if decision.verdict is Verdict.ADMIT:
+            self.pacer.admitted(workload)
         if decision.verdict is not Verdict.ADMIT and queue.ordering is Ordering.STRICT_FIFO:
             self.blocked_by[queue_key] = workload.namespaced_name
         return decision
@@ -452,8 +460,17 @@ def _duration(seconds: float) -> str:
     return f"{max(seconds, 0):.0f}s"
 
 
-def schedule(snapshot: Snapshot, *, placer: PlacerFactory = EquivalenceIndex) -> CycleResult:
-    """Decide, for every pending gang in order, whether to admit it and where."""
+def schedule(
+    snapshot: Snapshot,
+    *,
+    placer: PlacerFactory = EquivalenceIndex,
+    creation_backlog: int | None = None,
+) -> CycleResult:
+    """Decide, for every pending gang in order, whether to admit it and where.
+
+    ``creation_backlog`` paces admission (see :mod:`queue_controller.core.pacing`): the
+    most pods of admitted gangs that may still wait to be made; None, no limit.
+    """
     # The cyclic garbage collector is paused for the cycle.  A cycle allocates tens of
     # thousands of objects, most freed by reference counting, and each full collection
     # they trigger would walk the whole snapshot again: with DRA's thousands of devices
@@ -462,7 +479,7 @@ def schedule(snapshot: Snapshot, *, placer: PlacerFactory = EquivalenceIndex) ->
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _Cycle(snapshot, placer).run()
+        return _Cycle(snapshot, placer, creation_backlog).run()
     finally:
         if collecting:
             gc.enable()

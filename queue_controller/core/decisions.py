@@ -41,6 +41,8 @@ class Reason(StrEnum):
     DEACTIVATED = "Deactivated"  # past the queue's backoffLimit; never retried
     WAITING_FOR_MEMBERS = "WaitingForMembers"  # a pod group short of its total count
     PREEMPTING = "Preempting"  # its victims are still giving back the room it holds
+    # Admitted gangs' pods not yet made by their controllers are past the cycle's limit.
+    POD_CREATION_BACKLOG = "PodCreationBacklog"
     # Invalid
     INVALID_SPEC = "InvalidSpec"
 

@@ -381,6 +381,10 @@ class Workload:
     # Members the kind expects that do not exist yet (a pod group short of its
     # total count): the gang waits for them before anything else is tried.
     absent_members: int = 0
+    # Members whose pods the workload's own controller makes only once it is admitted,
+    # and has not made yet (all of a held Job's; of an admitted Job, those still to
+    # come).  Admission is paced on their sum (``schedule``'s ``creation_backlog``).
+    uncreated_members: int = 0
     # Pod set -> node -> members: the room a pending gang holds while the gangs it
     # preempted give their capacity back (PodGroup status.nominatedPlacement).
     nominated: Mapping[str, Mapping[str, int]] = field(default_factory=dict)

@@ -274,5 +274,6 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         pod_set_placement=by_set,
         spec_error=spec_error,
         absent_members=facts.absent_members,
+        uncreated_members=facts.uncreated_members,
         nominated=nominated if phase is WorkloadPhase.PENDING else {},
     )

@@ -171,7 +171,8 @@ def change(objects: dict[tuple[str, str], Obj], what: str, pick: int) -> None:
             target["spec"]["suspend"] = not target["spec"].get("suspend", False)
     else:
         keys = sorted(objects)
-        del objects[keys[pick % len(keys)]]
+        if keys:  # every object may be gone already
+            del objects[keys[pick % len(keys)]]
         return
     if target is not None:
         bump(target)

@@ -67,6 +67,9 @@ class KindFacts:
     succeeded: bool = False
     # Members the kind expects but that do not exist yet (a pod group short of N).
     absent_members: int = 0
+    # Members the kind's own controller makes only once the gang runs, not made yet
+    # (a suspended Job's, all of them): what admission is paced on.
+    uncreated_members: int = 0
     spec_error: str = ""  # why it cannot be admitted as written (names the field)
     timeout_seconds: int | None = None  # asked for on the object itself
     # Members placed together, when the kind says (a pod group's total count); else

@@ -1,0 +1,216 @@
+"""Admission paced to what the Job controller can make (core/pacing.py)."""
+
+import asyncio
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from queue_controller.controller.apply import Applier
+from queue_controller.controller.leader import Leadership
+from queue_controller.controller.lifecycle import Planner
+from queue_controller.controller.loop import SchedulingLoop
+from queue_controller.controller.metrics import Metrics
+from queue_controller.controller.server import Health
+from queue_controller.controller.settings import Settings
+from queue_controller.controller.state import ClusterState
+from queue_controller.core import Reason, Verdict, WorkloadPhase, schedule
+from queue_controller.core.model import Ordering
+from tests.builders import gang, gpu_node, queue, snapshot
+from tests.fakes.gateway import FakeGateway
+from tests.unit.test_lifecycle import NOW, QUEUE, iso, job
+from tests.unit.test_lifecycle import pod as lifecycle_pod
+from tests.unit.test_one_translation import NODE, TEAM
+from tests.views import seen
+
+
+def _job(name: str, members: int, *, created: float, made: int = 0) -> object:
+    """A Job gang of ``members`` one-GPU pods, ``made`` of them already made."""
+    return gang(name, members, 1, created=created, uncreated_members=members - made)
+
+
+def verdicts(result) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {d.workload.split("/")[1]: d.reason.value for d in result.decisions}
+
+
+def test_without_a_limit_every_gang_that_fits_is_admitted() -> None:
+    jobs = [_job(f"j{i}", 4, created=i) for i in range(6)]
+    result = schedule(snapshot(nodes=[gpu_node(f"n{i}") for i in range(3)], workloads=jobs))
+    assert set(verdicts(result).values()) == {"Admitted"}
+
+
+def test_admission_stops_where_the_pods_to_make_would_pass_the_limit() -> None:
+    jobs = [_job(f"j{i}", 4, created=i) for i in range(6)]
+    nodes = [gpu_node(f"n{i}") for i in range(3)]
+    result = schedule(snapshot(nodes=nodes, workloads=jobs), creation_backlog=8)
+    assert verdicts(result) == {
+        "j0": "Admitted",
+        "j1": "Admitted",
+        **{f"j{i}": "PodCreationBacklog" for i in range(2, 6)},
+    }
+    waiting = next(d for d in result.decisions if d.workload == "ns/j2")
+    assert waiting.verdict is Verdict.PENDING
+    assert "limit of 8" in waiting.message
+
+
+def test_the_backlog_counts_admitted_gangs_pods_not_made_yet() -> None:
+    running = gang("running", 6, 1, phase=WorkloadPhase.ADMITTED, uncreated_members=5)
+    nodes = [gpu_node("n0"), gpu_node("n1")]
+    paced = schedule(
+        snapshot(nodes=nodes, workloads=[running, _job("next", 4, created=1)]),
+        creation_backlog=8,
+    )
+    assert verdicts(paced)["next"] == "PodCreationBacklog"
+    made = gang("running", 6, 1, phase=WorkloadPhase.ADMITTED, uncreated_members=1)
+    later = schedule(
+        snapshot(nodes=nodes, workloads=[made, _job("next", 4, created=1)]),
+        creation_backlog=8,
+    )
+    assert verdicts(later)["next"] == "Admitted"
+
+
+def test_a_gang_bigger_than_the_limit_is_admitted_on_an_empty_backlog() -> None:
+    result = schedule(
+        snapshot(nodes=[gpu_node("n0"), gpu_node("n1")], workloads=[_job("big", 16, created=0)]),
+        creation_backlog=8,
+    )
+    assert verdicts(result) == {"big": "Admitted"}
+
+
+def test_no_later_gang_overtakes_one_held_by_the_backlog() -> None:
+    # j0 leaves 4 to make; j1 (8 more) would pass 8, so it waits, and so does the
+    # one-pod j2 that alone would have fitted in the limit.
+    jobs = [_job("j0", 4, created=0), _job("j1", 8, created=1), _job("j2", 1, created=2)]
+    nodes = [gpu_node(f"n{i}") for i in range(3)]
+    result = schedule(snapshot(nodes=nodes, workloads=jobs), creation_backlog=8)
+    assert verdicts(result) == {
+        "j0": "Admitted",
+        "j1": "PodCreationBacklog",
+        "j2": "PodCreationBacklog",
+    }
+
+
+def test_gangs_whose_pods_exist_are_never_held() -> None:
+    # A plain Pod group's members exist before admission: it adds nothing to make.
+    jobs = [
+        _job("j0", 8, created=0),
+        _job("j1", 4, created=1),
+        gang("pods", 2, 1, created=2, kind="Pod"),
+    ]
+    nodes = [gpu_node(f"n{i}") for i in range(3)]
+    result = schedule(snapshot(nodes=nodes, workloads=jobs), creation_backlog=8)
+    assert verdicts(result) == {"j0": "Admitted", "j1": "PodCreationBacklog", "pods": "Admitted"}
+
+
+def test_a_held_gang_holds_its_strict_fifo_queue() -> None:
+    strict = queue(ordering=Ordering.STRICT_FIFO)
+    jobs = [
+        _job("j0", 8, created=0),
+        _job("j1", 4, created=1),
+        gang("pods", 2, 1, created=2, kind="Pod"),
+    ]
+    nodes = [gpu_node(f"n{i}") for i in range(3)]
+    result = schedule(snapshot(nodes=nodes, workloads=jobs, queues=[strict]), creation_backlog=8)
+    assert verdicts(result)["pods"] == Reason.WAITING_FOR_HEAD.value
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 12), min_size=1, max_size=12),
+    already=st.integers(0, 20),
+    limit=st.integers(1, 24),
+)
+def test_pacing_keeps_the_backlog_in_its_limit_and_the_order(
+    sizes: list[int], already: int, limit: int
+) -> None:
+    """Whatever the gangs, admission never takes the backlog past the limit (but for one
+    gang on an empty backlog), admits a prefix of the order, and admits exactly what an
+    unpaced cycle does when the limit holds every gang."""
+    running = gang("running", 1, 1, phase=WorkloadPhase.ADMITTED, uncreated_members=already)
+    jobs = [_job(f"j{i:02}", size, created=i) for i, size in enumerate(sizes)]
+    nodes = [gpu_node(f"n{i}") for i in range(20)]  # room for every gang: only pacing holds
+    paced = schedule(snapshot(nodes=nodes, workloads=[running, *jobs]), creation_backlog=limit)
+    admitted = [d.workload for d in paced.decisions if d.verdict is Verdict.ADMIT]
+    made = already + sum(sizes[int(name[-2:])] for name in admitted)
+    assert not admitted or made <= limit or (already == 0 and len(admitted) == 1)
+    order = [d.workload for d in paced.decisions]
+    assert order[: len(admitted)] == admitted
+    held = [d for d in paced.decisions if d.reason is Reason.POD_CREATION_BACKLOG]
+    assert len(admitted) + len(held) == len(jobs)
+    unpaced = schedule(
+        snapshot(nodes=nodes, workloads=[running, *jobs]),
+        creation_backlog=already + sum(sizes),
+    )
+    free = schedule(snapshot(nodes=nodes, workloads=[running, *jobs]))
+    assert [d.reason for d in unpaced.decisions] == [d.reason for d in free.decisions]
+
+
+# --- what the Job kind says is still to be made ----------------------------------------------
+
+
+def _uncreated(job_obj: dict[str, Any], *pods: dict[str, Any]) -> int:
+    state = ClusterState()
+    for obj in (QUEUE, job_obj, *pods):
+        state.upsert(obj)
+    (workload,) = seen(state, NOW).snapshot.workloads
+    return workload.uncreated_members
+
+
+def test_a_suspended_job_has_all_its_members_to_make() -> None:
+    assert _uncreated(job(parallelism=4)) == 4
+
+
+def test_an_admitted_job_has_the_members_its_controller_has_not_made() -> None:
+    running = job(parallelism=4, suspend=False)
+    assert _uncreated(running) == 4
+    assert _uncreated(running, lifecycle_pod("a"), lifecycle_pod("b", gated=True)) == 2
+    # A succeeded pod is not made again; a failed one is.
+    done = lifecycle_pod("c", phase="Succeeded")
+    failed = lifecycle_pod("d", phase="Failed")
+    assert _uncreated(running, lifecycle_pod("a"), done, failed) == 2
+
+
+def test_a_finished_job_has_nothing_to_make() -> None:
+    finished = job(parallelism=4, suspend=False)
+    finished["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    assert _uncreated(finished) == 0
+
+
+# --- the loop paces by its setting, and says how far behind the Job controller is -------
+
+
+def test_the_loop_paces_admission_and_reports_the_pods_awaiting_creation() -> None:
+    jobs = [job("first", parallelism=2), job("second", parallelism=2)]
+    jobs[1]["metadata"]["creationTimestamp"] = iso(500)  # younger: after "first"
+    state = ClusterState()
+    for obj in (QUEUE, TEAM, NODE, *jobs):
+        state.upsert(obj)
+    gateway = FakeGateway(QUEUE, TEAM, NODE, *jobs)
+    metrics = Metrics()
+    loop = SchedulingLoop(
+        state=state,
+        planner=Planner(300),
+        applier=Applier(gateway, state, None, metrics, clock=lambda: NOW),
+        leadership=Leadership(Settings(leader_election=False), metrics),
+        metrics=metrics,
+        health=Health(),
+        clock=lambda: NOW,
+        tick_seconds=1,
+        batch_seconds=0,
+        status_writes_per_cycle=100,
+        creation_backlog=2,
+    )
+    for _ in range(2):
+        asyncio.run(loop.cycle())
+    first = gateway.held("Job", "ns", "first")
+    second = gateway.held("Job", "ns", "second")
+    assert first is not None
+    assert second is not None
+    assert first["spec"]["suspend"] is False
+    assert second["spec"]["suspend"] is True
+    group = gateway.held("PodGroup", "ns", "second")
+    assert group is not None
+    assert group["status"]["reason"] == "PodCreationBacklog"
+    # The Job controller made neither of first's pods: both are awaited.
+    awaiting = metrics.registry.get_sample_value("queue_controller_pods_awaiting_creation")
+    assert awaiting == 2
