@@ -20,6 +20,7 @@ from queue_controller.core.devicecycle import settle_usage, with_devices
 from queue_controller.core.explain import count_of
 from queue_controller.core.fairshare import FairShares, FairTurns
 from queue_controller.core.fit import EquivalenceIndex
+from queue_controller.core.gangshapes import gang_shapes
 from queue_controller.core.gpuhealth import unhealthy_note
 from queue_controller.core.model import (
     Node,
@@ -37,9 +38,8 @@ from queue_controller.core.prepared import Prepared, node_usage, prepare
 from queue_controller.core.quantity import format_milli
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.resources import Resources, scarcity_rank
-from queue_controller.core.shapes import GangShape, Placement, Placer, SetShape, shape_of
+from queue_controller.core.shapes import GangShape, Placement, Placer, SetShape
 from queue_controller.core.slices import with_topology
-from queue_controller.core.topology import Refusal, TopologyAsk, resolve
 from queue_controller.core.victims import Holder, VictimSearch
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Iterable[GangShape]], Placer]
@@ -78,59 +78,11 @@ class _Cycle(PreemptingCycle):
             (p for p in prepared if p.workload.phase is WorkloadPhase.PENDING),
             key=lambda p: order_key(p.workload, p.priority),
         )
-        self.shapes: dict[str, tuple[SetShape, ...]] = {}
-        # Gangs whose topology request cannot be met as written: workload key -> refusal.
-        self.refused: dict[str, Refusal] = {}
-        topologies = {t.name: t for t in snapshot.topologies}
-        by_template: dict[tuple[object, ...], GangShape] = {}
-        asked: dict[tuple[object, ...], TopologyAsk | Refusal] = {}
-        for p in self.pending:
-            if p.error:
-                continue
-            sets = []
-            queue = self.queues.get((p.workload.namespace, p.workload.queue))
-            for index, (pod_set, request) in enumerate(
-                zip(p.workload.pod_sets, p.requests, strict=True)
-            ):
-                ask = None
-                if pod_set.topology is not None and queue is not None:
-                    several = len(p.workload.pod_sets) > 1
-                    # Thousands of gangs ask alike: each request is resolved once.
-                    of_set = pod_set.name if several else ""
-                    request_key = (
-                        pod_set.topology,
-                        queue,
-                        pod_set.count,
-                        pod_set.min_count,
-                        of_set,
-                    )
-                    resolved = asked.get(request_key)
-                    if resolved is None:
-                        resolved = asked[request_key] = resolve(
-                            pod_set.topology,
-                            pod_set=pod_set,
-                            queue=queue,
-                            topologies=topologies,
-                            several_sets=several,
-                        )
-                    if isinstance(resolved, Refusal):
-                        self.refused.setdefault(p.workload.key, resolved)
-                        continue
-                    ask = resolved
-                labels = p.labels[index] if p.labels else {}
-                memo = (pod_set.template, tuple(sorted(request.items())), ask, p.workload.namespace)
-                shape = by_template.get(memo)
-                if shape is None:
-                    shape = by_template[memo] = shape_of(
-                        pod_set.template,
-                        request,
-                        ask,
-                        devices=devices.dims if devices is not None else None,
-                        labels=labels,
-                    )
-                sets.append(SetShape(pod_set, shape))
-            if p.workload.key not in self.refused:
-                self.shapes[p.workload.key] = tuple(sets)
+        # Each pending gang's pod-set shapes, and (workload key -> refusal) the gangs
+        # whose topology request cannot be met as written.
+        self.shapes, self.refused = gang_shapes(
+            self.pending, self.queues, snapshot.topologies, devices
+        )
         used, self.held = node_usage(snapshot.pods, admitted)
         nodes: Sequence[Node] = snapshot.nodes
         if devices is not None:
