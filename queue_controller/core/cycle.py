@@ -73,6 +73,8 @@ class _Cycle(PreemptingCycle):
             prepared = with_devices(devices, prepared)
         admitted = [p for p in prepared if p.workload.phase is WorkloadPhase.ADMITTED]
         self.pacer = CreationPacer.of(creation_backlog, (p.workload for p in admitted))
+        # (TeamQuota, need) of each gang pacing holds: charged for the cycle, then forgotten.
+        self.assumed: list[tuple[str, Mapping[str, int]]] = []
         self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted))
         self.pending = sorted(
             (p for p in prepared if p.workload.phase is WorkloadPhase.PENDING),
@@ -165,6 +167,8 @@ class _Cycle(PreemptingCycle):
                 continue
             decisions.append(self._decide(prepared))
         decisions.extend(self._borrowing_turns(borrowers))
+        for quota_name, need in self.assumed:
+            self.ledger.reserve(quota_name, {r: -amount for r, amount in need.items()})
         usage = {quota.name: dict(self.ledger.used(quota.name)) for quota in self.snapshot.quotas}
         shares = {
             quota.name: self.fair.weighted_share(quota.name)
@@ -268,8 +272,6 @@ class _Cycle(PreemptingCycle):
             )
         if workload.key in self.holding:
             decision = self._admit_nominated(prepared, queue)
-        elif self.pacer.holds(workload):
-            decision = pending(Reason.POD_CREATION_BACKLOG, self.pacer.message())
         else:
             decision = self._try_admit(prepared, queue)
         if decision.verdict is Verdict.ADMIT:
@@ -302,7 +304,10 @@ class _Cycle(PreemptingCycle):
             same = earlier[1]
             return decision_for(workload, same.verdict, same.reason, same.message)
         decision = self._attempt(prepared, queue, sets)
-        if decision.verdict in (Verdict.ADMIT, Verdict.PREEMPT):
+        held = decision.reason is Reason.POD_CREATION_BACKLOG
+        if decision.verdict in (Verdict.ADMIT, Verdict.PREEMPT) or held:
+            # Room was taken (a gang held by pacing is assumed admitted): a twin of an
+            # earlier failure may be decided differently now.
             self.admissions += 1
         else:
             self.failed[twin] = (self.admissions, decision)
@@ -340,8 +345,10 @@ class _Cycle(PreemptingCycle):
         workload = prepared.workload
         need = prepared.need()
         shortfall = self.ledger.shortfall(queue.team_quota, need)
+        # Past the pacing budget, no gang preempts: its victims would go for a gang that waits.
+        paced = self.pacer.would_hold(workload)
         if shortfall is not None:
-            preempting = self._try_preempt(prepared, queue, sets, need)
+            preempting = None if paced else self._try_preempt(prepared, queue, sets, need)
             if preempting is not None:
                 return preempting
             message = shortfall.describe()
@@ -355,10 +362,18 @@ class _Cycle(PreemptingCycle):
             return decision_for(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, message)
         placed, explanation = self._place(prepared, sets)
         if not placed:
-            preempting = self._try_preempt(prepared, queue, sets, need)
+            preempting = None if paced else self._try_preempt(prepared, queue, sets, need)
             if preempting is not None:
                 return preempting
             return decision_for(workload, Verdict.PENDING, Reason.NO_NODE_FIT, explanation)
+        if self.pacer.holds(workload):
+            # Assumed admitted for the rest of the cycle, so that every later gang is
+            # decided as it would be had this one gone (no overtaking, reasons that do not
+            # flip); its quota is forgotten when the cycle ends, and nothing is written.
+            self.ledger.reserve(queue.team_quota, need)
+            self.assumed.append((queue.team_quota, need))
+            message = self.pacer.message()
+            return decision_for(workload, Verdict.PENDING, Reason.POD_CREATION_BACKLOG, message)
         borrowed = self._borrowing(queue.team_quota, need)
         self.ledger.reserve(queue.team_quota, need)
         total: Counter[str] = Counter()

@@ -7,11 +7,16 @@ another in the Job controller, while every admitted gang holds its quota and its
 nodes idle, and the PodsReady timeout runs for all of them at once.
 
 So admission keeps a budget in pods: while the admitted gangs' members still to be
-made add up past ``limit``, further gangs that need pods made wait, with the stable
-reason ``PodCreationBacklog``.  Kueue's nearest word is ``waitForPodsReady.blockAdmission``,
-which admits one workload at a time until it is ready; this is the same idea with room
-for ``limit`` pods in flight.  Gangs whose pods already exist (plain Pod groups) add
-nothing and are never held.
+made add up past ``limit``, further gangs that need pods made and would be admitted wait,
+with the stable reason ``PodCreationBacklog``.  Such a gang is assumed admitted for the
+rest of the cycle (its room and quota taken, then forgotten), so every other gang is
+decided as it would be without pacing: no later gang overtakes it, and one that would not
+fit keeps its own reason, so that pacing does not rewrite every pending gang's status each
+cycle.  No gang preempts past the budget, or its victims would go for a gang that waits.
+
+Kueue's nearest word is ``waitForPodsReady.blockAdmission``, which admits one workload at a
+time until it is ready; this is the same idea with room for ``limit`` pods in flight.
+Gangs whose pods already exist (plain Pod groups) add nothing and are never held.
 """
 
 from __future__ import annotations
@@ -36,16 +41,20 @@ class CreationPacer:
     def of(cls, limit: int | None, admitted: Iterable[Workload]) -> CreationPacer:
         return cls(limit, sum(w.uncreated_members for w in admitted))
 
-    def holds(self, workload: Workload) -> bool:
-        """Whether ``workload`` must wait for the backlog to shrink.
+    def would_hold(self, workload: Workload) -> bool:
+        """Whether ``workload``, were it admitted now, would have to wait instead.
 
         The first gang always passes an empty backlog, however large, or a gang bigger
         than the limit would wait for ever.
         """
         if self.limit is None or workload.uncreated_members == 0:
             return False
-        if not self.holding and self.backlog > 0:
-            self.holding = self.backlog + workload.uncreated_members > self.limit
+        over = self.backlog > 0 and self.backlog + workload.uncreated_members > self.limit
+        return self.holding or over
+
+    def holds(self, workload: Workload) -> bool:
+        """``would_hold``, for a gang that fits: from it on, every gang that fits waits."""
+        self.holding = self.would_hold(workload)
         return self.holding
 
     def admitted(self, workload: Workload) -> None:

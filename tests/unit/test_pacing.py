@@ -16,7 +16,7 @@ from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import Reason, Verdict, WorkloadPhase, schedule
 from queue_controller.core.model import Ordering
-from tests.builders import gang, gpu_node, queue, snapshot
+from tests.builders import GPU, gang, gpu_node, gpus, queue, quota, snapshot
 from tests.fakes.gateway import FakeGateway
 from tests.unit.test_lifecycle import NOW, QUEUE, iso, job
 from tests.unit.test_lifecycle import pod as lifecycle_pod
@@ -114,35 +114,52 @@ def test_a_held_gang_holds_its_strict_fifo_queue() -> None:
     assert verdicts(result)["pods"] == Reason.WAITING_FOR_HEAD.value
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 12), min_size=1, max_size=12),
     already=st.integers(0, 20),
     limit=st.integers(1, 24),
+    node_count=st.integers(1, 20),
+    team_gpus=st.integers(1, 160),
 )
-def test_pacing_keeps_the_backlog_in_its_limit_and_the_order(
-    sizes: list[int], already: int, limit: int
+def test_pacing_only_turns_a_tail_of_admissions_into_waits(
+    sizes: list[int], already: int, limit: int, node_count: int, team_gpus: int
 ) -> None:
-    """Whatever the gangs, admission never takes the backlog past the limit (but for one
-    gang on an empty backlog), admits a prefix of the order, and admits exactly what an
-    unpaced cycle does when the limit holds every gang."""
+    """Whatever the gangs, the room and the quota, a paced cycle decides every gang as the
+    unpaced one does, except that the admissions past the budget wait PodCreationBacklog;
+    the admissions kept are the first ones, and take the backlog no further than the limit
+    (but for one gang on an empty backlog)."""
     running = gang("running", 1, 1, phase=WorkloadPhase.ADMITTED, uncreated_members=already)
     jobs = [_job(f"j{i:02}", size, created=i) for i, size in enumerate(sizes)]
-    nodes = [gpu_node(f"n{i}") for i in range(20)]  # room for every gang: only pacing holds
-    paced = schedule(snapshot(nodes=nodes, workloads=[running, *jobs]), creation_backlog=limit)
+    world = snapshot(
+        nodes=[gpu_node(f"n{i}") for i in range(node_count)],
+        workloads=[running, *jobs],
+        quotas=[quota(gpu=gpus(team_gpus))],
+    )
+    paced = schedule(world, creation_backlog=limit)
+    free = schedule(world)
+    waiting = False
+    for alone, decision in zip(free.decisions, paced.decisions, strict=True):
+        assert alone.workload == decision.workload
+        if decision.reason is Reason.POD_CREATION_BACKLOG:
+            assert alone.verdict is Verdict.ADMIT
+            waiting = True
+        else:
+            assert decision == alone
+            assert not (waiting and decision.verdict is Verdict.ADMIT), "a gang overtook"
     admitted = [d.workload for d in paced.decisions if d.verdict is Verdict.ADMIT]
     made = already + sum(sizes[int(name[-2:])] for name in admitted)
     assert not admitted or made <= limit or (already == 0 and len(admitted) == 1)
-    order = [d.workload for d in paced.decisions]
-    assert order[: len(admitted)] == admitted
-    held = [d for d in paced.decisions if d.reason is Reason.POD_CREATION_BACKLOG]
-    assert len(admitted) + len(held) == len(jobs)
-    unpaced = schedule(
-        snapshot(nodes=nodes, workloads=[running, *jobs]),
-        creation_backlog=already + sum(sizes),
-    )
-    free = schedule(snapshot(nodes=nodes, workloads=[running, *jobs]))
-    assert [d.reason for d in unpaced.decisions] == [d.reason for d in free.decisions]
+    # What the cycle reports as used is what it admitted, not what it held.
+    admitted_gpus = sum(sizes[int(name[-2:])] for name in admitted)
+    assert paced.quota_usage["team"][GPU] == 1000 * (1 + admitted_gpus)
+
+
+def test_a_gang_that_would_not_fit_keeps_its_reason_while_pacing_holds() -> None:
+    # j0 fills the budget; j1 would fit and waits; j2 cannot fit the node at all.
+    jobs = [_job("j0", 4, created=0), _job("j1", 2, created=1), _job("j2", 9, created=2)]
+    result = schedule(snapshot(nodes=[gpu_node("n0")], workloads=jobs), creation_backlog=4)
+    assert verdicts(result) == {"j0": "Admitted", "j1": "PodCreationBacklog", "j2": "NoNodeFit"}
 
 
 # --- what the Job kind says is still to be made ----------------------------------------------
