@@ -66,8 +66,9 @@ def _read_stdin() -> str:
     type=click.IntRange(min=0),
     default=DEFAULT_CREATION_BACKLOG,
     show_default=True,
-    help="Pace admission as the controller does: gangs wait (PodCreationBacklog) while "
-    "admitted Jobs' pods not made yet would pass this many. 0: no limit.",
+    help="Pace admission as a controller run with --creation-backlog does: gangs wait "
+    "(PodCreationBacklog) while admitted Jobs' pods not made yet would pass this many. "
+    "0: no limit.",
 )
 def plan(
     files: tuple[str, ...],

@@ -69,7 +69,7 @@ import click
     "creation_backlog_pods",
     type=int,
     help="Admission waits while this many pods of admitted gangs are still to be made by "
-    "their controllers (default 128; 0: no limit). [QC_CREATION_BACKLOG_PODS]",
+    "their controllers (default 0: no limit). [QC_CREATION_BACKLOG_PODS]",
 )
 @click.option(
     "--dcgm-urls",

@@ -11,7 +11,7 @@ created, so nothing of a queued gang starts before it is admitted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -25,6 +25,27 @@ from queue_controller.tls import ServingCertificate
 
 log = logging.getLogger(__name__)
 WEBHOOK_CONFIGURATION = "queue-controller.io"
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf's change detection, kept empty: we have no create or update handlers.
+
+    On every watch event kopf builds a "diff base", a deep copy of the object, to tell
+    what changed for such handlers, and then never uses it here.  At 1,000 nodes in
+    ``make bench-e2e`` that copying was about a sixth of the controller's CPU (py-spy),
+    on a machine where the API server and the Job controller wait for the same cores.
+    """
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[object] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
 
 
 def build_registry(
@@ -55,6 +76,7 @@ def build_registry(
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our own Events, with stable reasons
+        settings.persistence.diffbase_storage = NoDiffBase()
         settings.watching.server_timeout = 270
         settings.watching.client_timeout = 300
         settings.watching.connect_timeout = 10

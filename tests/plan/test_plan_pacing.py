@@ -9,8 +9,8 @@ def _reasons(*extra: str) -> dict[str, str]:
     return {d["workload"]: d["reason"] for d in plan_json("fifo.yaml", extra=extra)}
 
 
-def test_the_default_backlog_holds_no_gang_of_a_small_dump() -> None:
-    # Two one-pod Jobs fit the node; 128 pods to make is far off.
+def test_by_default_nothing_is_paced() -> None:
+    # The default is no pacing: both one-pod Jobs that fit the node are admitted.
     reasons = _reasons()
     assert reasons["a/small"] == reasons["b/other"] == "Admitted"
     assert _reasons("--creation-backlog", "0") == reasons
