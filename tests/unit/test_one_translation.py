@@ -94,7 +94,13 @@ def raw_objects() -> list[dict[str, Any]]:
     ]
 
 
-def run_one_cycle(state: ClusterState, gateway: FakeGateway, *, cycles: int = 1) -> Metrics:
+def run_one_cycle(
+    state: ClusterState,
+    gateway: FakeGateway,
+    *,
+    cycles: int = 1,
+    creation_backlog: int | None = None,
+) -> Metrics:
     metrics = Metrics()
     loop = SchedulingLoop(
         state=state,
@@ -107,6 +113,7 @@ def run_one_cycle(state: ClusterState, gateway: FakeGateway, *, cycles: int = 1)
         tick_seconds=1,
         batch_seconds=0,
         status_writes_per_cycle=100,
+        creation_backlog=creation_backlog,
     )
     for _ in range(cycles):
         asyncio.run(loop.cycle())

@@ -1,18 +1,10 @@
 """Admission paced to what the Job controller can make (core/pacing.py)."""
 
-import asyncio
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_controller.controller.apply import Applier
-from queue_controller.controller.leader import Leadership
-from queue_controller.controller.lifecycle import Planner
-from queue_controller.controller.loop import SchedulingLoop
-from queue_controller.controller.metrics import Metrics
-from queue_controller.controller.server import Health
-from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import Reason, Verdict, WorkloadPhase, schedule
 from queue_controller.core.model import Ordering
@@ -20,7 +12,7 @@ from tests.builders import GPU, gang, gpu_node, gpus, queue, quota, snapshot
 from tests.fakes.gateway import FakeGateway
 from tests.unit.test_lifecycle import NOW, QUEUE, iso, job
 from tests.unit.test_lifecycle import pod as lifecycle_pod
-from tests.unit.test_one_translation import NODE, TEAM
+from tests.unit.test_one_translation import NODE, TEAM, run_one_cycle
 from tests.views import seen
 
 
@@ -203,22 +195,7 @@ def test_the_loop_paces_admission_and_reports_the_pods_awaiting_creation() -> No
     for obj in (QUEUE, TEAM, NODE, *jobs):
         state.upsert(obj)
     gateway = FakeGateway(QUEUE, TEAM, NODE, *jobs)
-    metrics = Metrics()
-    loop = SchedulingLoop(
-        state=state,
-        planner=Planner(300),
-        applier=Applier(gateway, state, None, metrics, clock=lambda: NOW),
-        leadership=Leadership(Settings(leader_election=False), metrics),
-        metrics=metrics,
-        health=Health(),
-        clock=lambda: NOW,
-        tick_seconds=1,
-        batch_seconds=0,
-        status_writes_per_cycle=100,
-        creation_backlog=2,
-    )
-    for _ in range(2):
-        asyncio.run(loop.cycle())
+    metrics = run_one_cycle(state, gateway, cycles=2, creation_backlog=2)
     first = gateway.held("Job", "ns", "first")
     second = gateway.held("Job", "ns", "second")
     assert first is not None
