@@ -132,14 +132,10 @@ def bindings(
 
 
 def _whole(gang: GangView, plans: Mapping[str, Mapping[str, int]], first: str) -> bool:
-    """Every planned member exists: live, or done (a member that succeeded is not made
+    """Every planned member exists (``made``: a member that succeeded is not made
     again, and its replacement-free siblings must still go)."""
     planned = sum(sum(plan.values()) for plan in plans.values())
-    present = sum(
-        1
-        for p in gang.gang.members
-        if (p.live or p.phase == "Succeeded") and (p.pod_set or first) in plans
-    )
+    present = sum(1 for p in gang.gang.members if p.made and (p.pod_set or first) in plans)
     return present >= planned
 
 

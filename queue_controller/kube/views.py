@@ -108,6 +108,12 @@ class MemberPod:
         return self.phase not in TERMINATED and not self.deleting
 
     @property
+    def made(self) -> bool:
+        """Counts as made by its owner: live, or succeeded (never made again; a failed or
+        deleted member is made again)."""
+        return self.live or self.phase == "Succeeded"
+
+    @property
     def gated(self) -> bool:
         """Held by our scheduling gate: not yet released onto its planned node."""
         return ADMISSION_GATE in self.gates

@@ -126,11 +126,8 @@ class BatchJob:
             pod_sets=tuple(replace(s, topology=topology) for s in pod_sets),
             held=get(head, "spec.suspend", bool, False),
             finished=finished,
-            # The Job controller makes a pod for each running slot not filled yet: a
-            # failed pod is made again, a succeeded one is not.
-            uncreated_members=0
-            if finished
-            else max(0, parallelism - sum(1 for p in members if p.live or p.phase == "Succeeded")),
+            # The Job controller makes a pod for each running slot not filled yet.
+            uncreated_members=0 if finished else max(0, parallelism - sum(p.made for p in members)),
             succeeded=succeeded,
             spec_error=spec_error or annotation_error or topology_error,
             timeout_seconds=timeout,
