@@ -28,7 +28,7 @@ from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.controller.summaries import nominated_room
-from queue_controller.core import CycleResult, Verdict, WorkloadPhase, schedule
+from queue_controller.core import CycleResult, Verdict, schedule
 from queue_controller.core.gpuhealth import unhealthy_indices
 from queue_controller.errors import InputError
 from queue_controller.kube.gangs import GangView
@@ -52,7 +52,6 @@ class Plan:
     nominal: dict[tuple[str, str], int]  # (TeamQuota, resource) -> nominal, milli-units
     nominated: dict[tuple[str, str], float]  # (queue, resource) -> held for preemptors
     members: GangMembers  # each gang's member pods, for the releaser between cycles
-    awaiting_creation: int  # admitted gangs' pods their controllers have not made yet
 
 
 class SchedulingLoop:
@@ -223,11 +222,6 @@ class SchedulingLoop:
             nominal,
             nominated,
             members,
-            sum(
-                w.uncreated_members
-                for w in seen.snapshot.workloads
-                if w.phase is WorkloadPhase.ADMITTED
-            ),
         )
 
     def _vanished(self, seen: Translation) -> list[act.Action]:
@@ -265,7 +259,7 @@ class SchedulingLoop:
                 pending[(f"{namespace}/{decision.queue}", decision.reason.value)] += 1
         self.metrics.set_pending(pending)
         self.metrics.partially_placed.set(plan.partially_placed)
-        self.metrics.awaiting_creation.set(plan.awaiting_creation)
+        self.metrics.awaiting_creation.set(plan.result.awaiting_creation)
         usage = plan.result.quota_usage
         nominal = {key: milli / 1000 for key, milli in plan.nominal.items()}
         used = {

@@ -53,6 +53,9 @@ class CycleResult:
     # TeamQuota in a fair-sharing cohort -> its weighted share after this cycle,
     # as Kueue's status.fairSharing.weightedShare (x1000).
     weighted_shares: Mapping[str, int] = field(default_factory=dict)
+    # Pods of the gangs admitted before this cycle that their controllers have not made
+    # yet (what pacing counts, whether it is on or not).
+    awaiting_creation: int = 0
 
 
 class _Cycle(PreemptingCycle):
@@ -154,6 +157,7 @@ class _Cycle(PreemptingCycle):
         queue keeps its order: once one of its gangs is put off to the second pass,
         every later gang of that queue goes with it.
         """
+        awaiting_creation = self.pacer.backlog  # before this cycle's admissions add to it
         decisions: list[Decision] = []
         borrowers: list[Prepared] = []
         put_off: set[tuple[str, str]] = set()
@@ -175,7 +179,7 @@ class _Cycle(PreemptingCycle):
             for quota in self.snapshot.quotas
             if self.fair.applies(quota.name)
         }
-        return CycleResult(tuple(decisions), usage, shares)
+        return CycleResult(tuple(decisions), usage, shares, awaiting_creation)
 
     def _borrowing_turns(self, borrowers: list[Prepared]) -> Iterator[Decision]:
         """The second pass: in order, except within a fair-sharing cohort.

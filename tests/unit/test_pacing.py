@@ -53,6 +53,7 @@ def test_the_backlog_counts_admitted_gangs_pods_not_made_yet() -> None:
         creation_backlog=8,
     )
     assert verdicts(paced)["next"] == "PodCreationBacklog"
+    assert paced.awaiting_creation == 5  # as found, before the cycle admitted anything
     made = gang("running", 6, 1, phase=WorkloadPhase.ADMITTED, uncreated_members=1)
     later = schedule(
         snapshot(nodes=nodes, workloads=[made, _job("next", 4, created=1)]),
