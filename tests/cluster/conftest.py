@@ -68,7 +68,9 @@ def cluster() -> Iterator[Cluster]:
         return
     layout = Layout(
         bin_dir=DEPLOY / "bin",
-        state_dir=ROOT / ".cluster-test",
+        # QC_TEST_CLUSTER_STATE: a second state folder, so two sessions (two checkouts'
+        # worth of work on one machine) can each run a cluster at once.
+        state_dir=Path(os.environ.get("QC_TEST_CLUSTER_STATE", ROOT / ".cluster-test")),
         stages=DEPLOY / "kwok-stages.yaml",
     )
     if not kubectl.exists():
