@@ -100,6 +100,14 @@ def bindings(
     with the gang only partly placed.
 
     A pod set admitted in slices (``sliced``) binds by slice instead (:func:`_slice_bindings`).
+
+    A member is only ever sent to a node of the plan.  Members past it (a Job whose
+    ``min-member`` is below its parallelism, a duplicate completion index) stay gated
+    until a slot of the plan is free: one a member that finished, failed or went left
+    behind.  Let go unpinned, as they once were, kube-scheduler put them wherever a GPU
+    was free, and that was often one the core had planned for another gang, which then
+    could not start (issue 22).  The core places ``min_count`` members; planning more
+    than that onto spare capacity would be its job, not binding's.
     """
     sliced = sliced or {}
     first = gang.workload.pod_sets[0].name if gang.workload.pod_sets else ""
@@ -121,14 +129,11 @@ def bindings(
         slots = {node: count - assigned[node] for node, count in sorted(plan.items())}
         for pod in sorted((p for p in live if p.gated and of_set(p)), key=lambda p: p.ref.name):
             node = next((n for n, free in slots.items() if free > 0), None)
-            if node is not None:
-                slots[node] -= 1
+            if node is None:
+                break  # the plan is full: the rest are beyond it and stay gated
+            slots[node] -= 1
             yield act.BindMember(pod=pod, node=node)
-    # Members of no planned pod set (beyond the gang) go wherever they fit.
-    for pod in sorted(
-        (p for p in live if p.gated and (p.pod_set or first) not in plans), key=lambda p: p.ref.name
-    ):
-        yield act.BindMember(pod=pod, node=None)
+    # Members of no planned pod set are beyond the gang too: they stay gated.
 
 
 def _whole(gang: GangView, plans: Mapping[str, Mapping[str, int]], first: str) -> bool:
@@ -147,7 +152,7 @@ def _slice_bindings(
     Slice j holds the members whose completion index i has i // k == j (k: members per
     slice), so that ranks j*k .. j*k+k-1 (a tensor-parallel group, say) share a domain.
     A member without an index takes any slot left; one whose slice is full is beyond
-    the gang (a duplicate index) and is scheduled wherever it fits, as extras are.
+    the gang (a duplicate index) and stays gated, as extras do.
     """
     size = sum(slices[0].values())
     free = [dict(sorted(one.items())) for one in slices]
@@ -178,4 +183,4 @@ def _slice_bindings(
         slot = next(((j, n) for j in candidates for n, left in free[j].items() if left > 0), None)
         if slot is not None:
             take(slot[1], slot[0])
-        yield act.BindMember(pod=pod, node=slot[1] if slot is not None else None)
+            yield act.BindMember(pod=pod, node=slot[1])

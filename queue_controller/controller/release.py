@@ -100,11 +100,9 @@ class Releaser:
                 self._arrived.clear()
                 return 0
             touched = self._note(arrived)
+            # Only members with a slot of the plan: those past it stay gated (binding.py).
             actions: list[act.Action] = [
-                action
-                for gang in self._gangs(touched)
-                for action in member_bindings(gang)
-                if action.node is not None  # members beyond the gang: the cycle places them
+                action for gang in self._gangs(touched) for action in member_bindings(gang)
             ]
             if not actions:
                 return 0

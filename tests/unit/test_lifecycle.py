@@ -201,10 +201,10 @@ def test_gated_members_get_nodes_with_free_slots() -> None:
         pod("p0", selector="n1", phase="Pending"),  # already bound to n1 (ungated)
         pod("p1", gated=True, phase="Pending"),
         pod("p2", gated=True, phase="Pending"),
-        pod("p3", gated=True, phase="Pending"),  # beyond the plan
+        pod("p3", gated=True, phase="Pending"),  # beyond the plan: stays gated
     )
     bindings = {a.pod.ref.name: a.node for a in actions if isinstance(a, act.BindMember)}
-    assert bindings == {"p1": "n1", "p2": "n2", "p3": None}
+    assert bindings == {"p1": "n1", "p2": "n2"}
 
 
 def test_enough_running_members_mark_the_gang_running() -> None:
