@@ -50,3 +50,30 @@ class DumpError(InputError):
 class JournalUnavailable(QueueControllerError):
     """The decision journal's database could not be reached or read: not a mistake in
     the input, so it exits 1, still with one line."""
+
+
+class UnreadableObject(InputError):
+    """An object whose reading failed with something other than an :class:`InputError`.
+
+    That is a bug in a reader (a ``ValueError`` from ``int()``, a ``RecursionError``
+    deep in a CEL selector), not a mistake this program recognised; but the object is
+    still only one object.  A cycle leaves it out, or marks its gang ``InvalidSpec``,
+    like any other bad object, so that it cannot stop every other team's admissions.
+    ``bug`` keeps the original exception for the one log line with its traceback.
+    """
+
+    bug: BaseException | None = None
+
+    @classmethod
+    def of(cls, bug: Exception, *, where: str = "") -> UnreadableObject:
+        said = str(bug)
+        said = said if len(said) <= 200 else f"{said[:197]}..."
+        error = cls(f"could not be read (bug: {type(bug).__name__}: {said})", where=where)
+        error.bug = bug
+        return error
+
+    def located(self, *, where: str = "", field_prefix: str = "") -> InputError:
+        located = super().located(where=where, field_prefix=field_prefix)
+        if isinstance(located, UnreadableObject):
+            located.bug = self.bug
+        return located

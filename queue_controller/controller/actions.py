@@ -173,6 +173,15 @@ class Vanished:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WarnLeftOut:
+    """An object left out of the cycle because it could not be read: a Warning event on
+    it, where its owner looks (``kubectl describe``), once for each new reason."""
+
+    about: Ref
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueStatus:
     queue: Ref
     current: Mapping[str, object]
@@ -206,6 +215,7 @@ Action = (
     | MarkFinished
     | DeleteOrphan
     | Vanished
+    | WarnLeftOut
     | QueueStatus
     | TeamQuotaStatus
 )

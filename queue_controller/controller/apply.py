@@ -32,6 +32,8 @@ from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+# The reason of the Warning event on an object a cycle left out (stable: users alert on it).
+LEFT_OUT_REASON = "InvalidObject"
 
 
 class Applier(Writer):
@@ -410,6 +412,10 @@ class Applier(Writer):
         message = f"the {who.kind} was deleted while admitted; its quota is free again"
         log.info("%s %s/%s: %s", who.kind, who.namespace, who.name, message)
         self._journal(who, JournalEvent.FINISHED, "Deleted", message)
+
+    @apply.register
+    async def _warn_left_out(self, action: act.WarnLeftOut) -> None:
+        await self._event(action.about, LEFT_OUT_REASON, action.message, warning=True)
 
     @apply.register
     async def _queue_status(self, action: act.QueueStatus) -> None:

@@ -34,6 +34,8 @@ def _lane(action: act.Action) -> tuple[str, ...]:
         return ("TeamQuota", action.quota.name)
     if isinstance(action, act.DeleteOrphan):
         return ("PodGroup", action.group_ref.namespace, action.group_ref.name)
+    if isinstance(action, act.WarnLeftOut):
+        return (action.about.resource.kind, action.about.namespace, action.about.name)
     who = action.subject
     return ("gang", who.kind, who.namespace, who.name)
 

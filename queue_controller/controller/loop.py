@@ -34,6 +34,7 @@ from queue_controller.errors import InputError
 from queue_controller.kube.gangs import GangView
 from queue_controller.kube.memo import TranslationMemo
 from queue_controller.kube.snapshot import Located, Translation, translate
+from queue_controller.kube.unread import Unread
 
 log = logging.getLogger(__name__)
 # (kind name, namespace, gang name) -> its member pods' names (in its namespace)
@@ -52,6 +53,7 @@ class Plan:
     nominal: dict[tuple[str, str], int]  # (TeamQuota, resource) -> nominal, milli-units
     nominated: dict[tuple[str, str], float]  # (queue, resource) -> held for preemptors
     members: GangMembers  # each gang's member pods, for the releaser between cycles
+    left_out: tuple[Unread, ...] = ()  # objects that could not be read
 
 
 class SchedulingLoop:
@@ -84,7 +86,9 @@ class SchedulingLoop:
         # Admitted gangs as of the last cycle, to notice one whose objects vanish.
         self._holding: dict[str, act.Subject] = {}
         # Typed pieces of the objects that did not change since the last cycle.
-        self._memo = TranslationMemo()
+        self._memo = TranslationMemo(log_bugs=True)
+        # Left-out objects already warned about (event, log) -> the reason said.
+        self._warned: dict[tuple[str, str, str], str] = {}
         # Members being released (by this loop's applier or the releaser's, which share it).
         self.in_flight = applier.in_flight
         # Each gang's member pods as of the last cycle (the releaser's index).
@@ -103,10 +107,21 @@ class SchedulingLoop:
             self.leadership.changed.clear()
             if not self.leadership.leading:
                 continue
-            try:
-                await self.cycle()
-            except Exception:  # a bug in one cycle must not end scheduling
-                log.exception("scheduling cycle failed")
+            await self.turn()
+
+    async def turn(self) -> bool:
+        """One cycle; a failed one is logged and counted (a bug), and scheduling goes on.
+
+        Nothing a user writes fails a cycle: each object is read behind its own boundary
+        (kube/snapshot.py), so ``cycle_failures_total`` stays 0 however bad one object is.
+        """
+        try:
+            await self.cycle()
+        except Exception as error:  # a bug in one cycle must not end scheduling
+            self.metrics.cycle_failures.labels(type(error).__name__).inc()
+            log.exception("scheduling cycle failed")
+            return False
+        return True
 
     async def _woken(self) -> None:
         waits = [
@@ -132,8 +147,6 @@ class SchedulingLoop:
             self.metrics.cycle_seconds.observe(planned - started)
             actions = self._budgeted(plan.actions)
             reserved = self.applier.reserve(actions)
-        for problem in plan.skipped:
-            log.warning("left out of the cycle: %s", problem)
         # The gauges describe this cycle's decisions: set before the writes that carry
         # them out, so whoever reads a status this cycle wrote finds them already.
         self._gauges(plan)
@@ -203,6 +216,7 @@ class SchedulingLoop:
         }
         nominated = nominated_room(seen, result)
         actions.extend(self._vanished(seen))
+        actions.extend(self._warnings(seen.left_out, skipped))
         marks.append(time.perf_counter())
         phases = dict(zip(("translate", "core", "plan"), _steps(marks), strict=True))
         members = {
@@ -222,7 +236,29 @@ class SchedulingLoop:
             nominal,
             nominated,
             members,
+            seen.left_out,
         )
+
+    def _warnings(self, left: tuple[Unread, ...], skipped: list[str]) -> list[act.Action]:
+        """A Warning event on each object left out, and a log line, once for each reason
+        it is left out for: not again at every cycle while it stays so."""
+        warned, self._warned = self._warned, {}
+        out: list[act.Action] = []
+        for unread in left:
+            model = unread.model
+            key = (model.kind, model.namespace, model.name)
+            if warned.get(key) != model.why:
+                log.warning("left out of the cycle: %s", model.why)
+                if unread.ref is not None:
+                    out.append(act.WarnLeftOut(about=unread.ref, message=model.why))
+            self._warned[key] = model.why
+        said = {u.model.why for u in left}
+        for problem in skipped:  # a gang that was dropped, not an object left out
+            if problem not in said and warned.get(("", "", problem)) != problem:
+                log.warning("left out of the cycle: %s", problem)
+            if problem not in said:
+                self._warned[("", "", problem)] = problem
+        return out
 
     def _vanished(self, seen: Translation) -> list[act.Action]:
         """Gangs admitted last cycle whose objects are gone now (a Job deleted while it
@@ -270,6 +306,7 @@ class SchedulingLoop:
         self.metrics.set_gpu_signals(plan.unhealthy_gpus, plan.flagged)
         self.metrics.set_nominated(plan.nominated)
         self.metrics.set_weighted_shares(plan.result.weighted_shares)
+        self.metrics.set_left_out(Counter(u.model.kind for u in plan.left_out))
 
 
 @contextlib.contextmanager

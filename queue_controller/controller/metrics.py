@@ -140,6 +140,20 @@ class Metrics:
         self.dcgm_targets_down = Gauge(
             p + "dcgm_targets_down", "DCGM targets that did not answer the last read.", registry=r
         )
+        self.cycle_failures = Counter(
+            p + "cycle_failures",
+            "Scheduling cycles that failed as a whole, by the exception's class: a bug. While "
+            "it grows nothing is admitted; one bad object never counts here (objects_left_out).",
+            ["reason"],
+            registry=r,
+        )
+        self.objects_left_out = Gauge(
+            p + "objects_left_out",
+            "Objects the last cycle left out because they could not be read, by kind; each "
+            "has a Warning event (reason InvalidObject) saying why.",
+            ["kind"],
+            registry=r,
+        )
         self.journal_up = Gauge(
             p + "journal_up", "1 while the decision journal accepts writes.", registry=r
         )
@@ -181,6 +195,12 @@ class Metrics:
         self.flagged_gangs.clear()
         for (queue, condition), count in flagged.items():
             self.flagged_gangs.labels(queue, condition).set(count)
+
+    def set_left_out(self, counts: Mapping[str, int]) -> None:
+        """Replace the left-out gauge: a kind with nothing left out any more drops out."""
+        self.objects_left_out.clear()
+        for kind, count in counts.items():
+            self.objects_left_out.labels(kind).set(count)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

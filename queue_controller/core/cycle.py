@@ -65,6 +65,8 @@ class _Cycle(PreemptingCycle):
         self.snapshot = snapshot
         priorities = PriorityTable(snapshot.priority_classes)
         self.queues = {(q.namespace, q.name): q for q in snapshot.queues}
+        # What the adapter could not read: a gang waits naming its Queue or TeamQuota.
+        self.left_out = {(o.kind, o.namespace, o.name): o.why for o in snapshot.left_out}
         prepared = [
             prepare(w, priorities)
             for w in snapshot.workloads
@@ -235,11 +237,23 @@ class _Cycle(PreemptingCycle):
             return decision_for(workload, Verdict.INVALID, Reason.INVALID_SPEC, prepared.error)
         queue = self.queues.get((workload.namespace, workload.queue))
         if queue is None:
+            why = self.left_out.get(("Queue", workload.namespace, workload.queue))
+            if why is not None:
+                return pending(
+                    Reason.QUEUE_INVALID,
+                    f"Queue {workload.namespace}/{workload.queue} was left out: {why}",
+                )
             return pending(
                 Reason.QUEUE_NOT_FOUND,
                 f"Queue {workload.namespace}/{workload.queue} does not exist",
             )
         if queue.team_quota not in self.ledger:
+            why = self.left_out.get(("TeamQuota", "", queue.team_quota))
+            if why is not None:
+                return pending(
+                    Reason.TEAM_QUOTA_INVALID,
+                    f"TeamQuota {queue.team_quota} was left out: {why}",
+                )
             return pending(
                 Reason.TEAM_QUOTA_NOT_FOUND,
                 f"Queue {workload.namespace}/{queue.name} draws from TeamQuota "

@@ -36,6 +36,9 @@ class Reason(StrEnum):
     WAITING_FOR_HEAD = "WaitingForHead"
     QUEUE_NOT_FOUND = "QueueNotFound"
     TEAM_QUOTA_NOT_FOUND = "TeamQuotaNotFound"
+    # Its Queue, or its Queue's TeamQuota, exists but could not be read: left out.
+    QUEUE_INVALID = "QueueInvalid"
+    TEAM_QUOTA_INVALID = "TeamQuotaInvalid"
     TOPOLOGY_NOT_FOUND = "TopologyNotFound"  # its Queue names a Topology that does not exist
     BACKOFF = "Backoff"  # evicted earlier, requeued, and not yet due again
     DEACTIVATED = "Deactivated"  # past the queue's backoffLimit; never retried

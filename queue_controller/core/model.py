@@ -417,6 +417,20 @@ class PriorityClass:
 
 
 @dataclass(frozen=True, slots=True)
+class LeftOut:
+    """An object the adapter could not read and left out of the cycle (issue 22).
+
+    The core is told so that a gang whose Queue or TeamQuota was left out waits
+    naming it and why, not as if it did not exist.
+    """
+
+    kind: str  # Queue, TeamQuota, Node, ...
+    namespace: str
+    name: str
+    why: str  # the error, naming the field
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one admission cycle looks at.  ``now`` is the only clock the core has."""
 
@@ -434,3 +448,5 @@ class Snapshot:
     resource_slices: tuple[ResourceSlice, ...] = ()
     resource_claims: tuple[ResourceClaim, ...] = ()
     claim_templates: tuple[ClaimTemplate, ...] = ()
+    # Objects the adapter left out because they could not be read.
+    left_out: tuple[LeftOut, ...] = ()

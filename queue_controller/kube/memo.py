@@ -17,15 +17,27 @@ piece that could not be read (an :class:`~queue_controller.errors.InputError`) i
 not kept either: it is read, and reported, again.  Pieces of objects a cycle did
 not see are dropped at :meth:`TranslationMemo.end_cycle`.
 
+The memo is also each object's error boundary (issue 22): any other exception a
+reader raises (a bug: a ``ValueError``, a ``RecursionError``) becomes an
+:class:`~queue_controller.errors.UnreadableObject` naming the object, so it is one
+bad object and never a failed cycle.  That failure *is* kept at the object's
+version, so a reader that took a deep recursion to fail is not run again every
+cycle; and its traceback is logged once, not at every cycle it stays broken.
+
 Safe because every piece is immutable (frozen views, tuples) and a translation
 never depends on the time; one memo serves one cycle at a time.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from queue_controller.errors import InputError, UnreadableObject
+
+log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
 
 T = TypeVar("T")
@@ -48,12 +60,32 @@ def _key(obj: Obj) -> _Key | None:
     return str(obj.get("kind", "")), namespace, name
 
 
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A reading that failed with a bug, kept so that it fails the same way, at once."""
+
+    error: UnreadableObject
+
+
+def _describe(key: _Key | None) -> str:
+    if key is None:
+        return "an object without a name"
+    kind, namespace, name = key
+    return "/".join(p for p in (kind, namespace, name) if p)
+
+
 def _same(held: Sequence[Any], now: Sequence[Any]) -> bool:
     return len(held) == len(now) and all(a is b for a, b in zip(held, now, strict=True))
 
 
 class TranslationMemo:
-    def __init__(self) -> None:
+    def __init__(self, *, log_bugs: bool = False) -> None:
+        # The controller logs a reader's bug with its traceback (``plan`` and ``check``
+        # say it in one line, and their users get no traceback).
+        self.log_bugs = log_bugs
+        # Objects whose reading failed with a bug -> what was logged for it.
+        self._logged: dict[_Key, str] = {}
+        self._next_logged: dict[_Key, str] = {}
         self._pieces: dict[_Key, tuple[str, Any]] = {}
         self._next_pieces: dict[_Key, tuple[str, Any]] = {}
         # (kind name, namespace, gang name) -> (head version, members, group, reading)
@@ -66,16 +98,19 @@ class TranslationMemo:
         """``read()``'s result for ``obj``, reused while ``obj`` is at the same version."""
         version, key = _version(obj), _key(obj)
         if version is None or key is None:
-            return read()
+            return self._read(key, read)
         held = self._pieces.get(key)
         if held is not None and held[0] == version:
             self.hits += 1
             value: T = held[1]
         else:
             self.misses += 1
-            value = read()
+            try:
+                value = self._read(key, read)
+            except UnreadableObject as error:
+                value = _Failed(error)  # type: ignore[assignment]
         self._next_pieces[key] = (version, value)
-        return value
+        return self._unless_failed(key, value)
 
     def gang(
         self,
@@ -100,14 +135,44 @@ class TranslationMemo:
             value: T = held[3]
         else:
             self.misses += 1
-            value = read()
+            try:
+                value = self._read(key, read)
+            except UnreadableObject as error:
+                value = _Failed(error)  # type: ignore[assignment]
         self._next_gangs[key] = (version, members, group, value)
+        return self._unless_failed(key, value)
+
+    def _read(self, key: _Key | None, read: Callable[[], T]) -> T:
+        """``read()``, with every exception but an InputError made an UnreadableObject."""
+        try:
+            return read()
+        except InputError:
+            raise
+        except Exception as bug:  # the boundary: not BaseException (KeyboardInterrupt)
+            raise self.unreadable(key, bug) from bug
+
+    def unreadable(self, key: _Key | None, bug: Exception) -> UnreadableObject:
+        """``bug``, raised reading the object ``key``, as the object's own error; its
+        traceback logged once while the object stays unreadable the same way."""
+        error = UnreadableObject.of(bug, where=_describe(key))
+        if key is not None:
+            self._next_logged[key] = error.detail
+        if self.log_bugs and (key is None or self._logged.get(key) != error.detail):
+            log.error("%s %s", error.where, error.detail, exc_info=bug)
+        return error
+
+    def _unless_failed(self, key: _Key, value: T) -> T:
+        if isinstance(value, _Failed):
+            if key in self._logged:
+                self._next_logged.setdefault(key, self._logged[key])
+            raise value.error
         return value
 
     def end_cycle(self) -> None:
         """Keep what this cycle saw, drop the rest (objects deleted since)."""
         self._pieces, self._next_pieces = self._next_pieces, {}
         self._gangs, self._next_gangs = self._next_gangs, {}
+        self._logged, self._next_logged = self._next_logged, {}
 
     def __len__(self) -> int:
         return len(self._pieces) + len(self._gangs)

@@ -32,7 +32,7 @@ from queue_controller.core.model import (
     Topology,
 )
 from queue_controller.core.requests import InvalidSpecError
-from queue_controller.errors import InputError
+from queue_controller.errors import InputError, UnreadableObject
 from queue_controller.kube import dra, kinds, objects
 from queue_controller.kube.fields import Obj, describe, get
 from queue_controller.kube.fields import objects as objects_of
@@ -43,10 +43,11 @@ from queue_controller.kube.gangs import (
     GroupView,
     workload_of,
 )
-from queue_controller.kube.kinds import WorkloadKind
+from queue_controller.kube.kinds import KindGang, WorkloadKind
 from queue_controller.kube.memo import TranslationMemo
 from queue_controller.kube.pieces import PodPiece, read_head, read_node, read_pod
 from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
+from queue_controller.kube.unread import Unread, broken_gang, left_out
 from queue_controller.kube.views import MemberPod, Ref, ref_of
 
 SUPPORTED_KINDS = {(r.api_version, r.kind) for r in kinds.WATCHED}
@@ -94,6 +95,8 @@ class Translation:
     quotas: tuple[QuotaView, ...]
     # Node -> (its GPU health, when its GPUHealthy condition turned False).
     node_health: dict[str, tuple[GpuHealth, float]]
+    # Objects left out because they could not be read (with ``skip``; issue 22).
+    left_out: tuple[Unread, ...] = ()
 
 
 @dataclass
@@ -115,6 +118,7 @@ class _Collected:
     heads: dict[str, list[tuple[Located, str, str]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    left_out: list[Unread] = field(default_factory=list)
 
 
 def is_supported(obj: Obj) -> bool:
@@ -232,8 +236,14 @@ def translate(
     already accepted and must keep scheduling), a bad object is reported to
     ``skip`` and left out.  With ``memo`` (the controller, from cycle to cycle), an
     object at the version it was read at last time is not read again.
+
+    Each object is read behind its own error boundary (issue 22): any exception but an
+    :class:`InputError` is a bug in a reader, and becomes the object's
+    :class:`UnreadableObject`, so one object can never fail the whole translation.
+    A gang whose kind could not read it is ``InvalidSpec`` on its own PodGroup.
     """
     memo = memo if memo is not None else TranslationMemo()
+    collected = _Collected()
 
     def fail(error: InputError) -> None:
         if skip is None:
@@ -243,17 +253,28 @@ def translate(
     items = list(items)
     if skip is None:
         _check_unique(items)  # also checks that every object has a name
-    collected = _Collected()
     for item in items:
         try:
-            _collect_one(item, collected, memo)
+            try:
+                _collect_one(item, collected, memo)
+            except InputError:
+                raise
+            except Exception as bug:  # outside a reader: in the collecting itself
+                raise memo.unreadable(None, bug) from bug
         except InputError as error:
-            fail(error.located(where=item.where))
+            located = error.located(where=item.where)
+            fail(located)
+            collected.left_out.append(left_out(item.obj, located))
     queues = {(q.model.namespace, q.model.name): q.model for q in collected.queues}
     index = GroupIndex(collected.groups)
     members = _claim_members(collected.pods)
     gangs = _gangs(collected, members, index, queues, fail, memo)
-    bound = _bound_pods(collected.pods, members, fail)
+
+    def fail_pod(item: Located, error: InputError) -> None:
+        fail(error)
+        collected.left_out.append(left_out(item.obj, error))
+
+    bound = _bound_pods(collected.pods, members, fail_pod)
     memo.end_cycle()
     orphans = tuple(g for g in index.unclaimed() if WORKLOAD_KIND_LABEL in g.model.metadata.labels)
     snapshot = Snapshot(
@@ -270,6 +291,7 @@ def translate(
         resource_slices=tuple(collected.resource_slices),
         resource_claims=tuple(collected.resource_claims),
         claim_templates=tuple(collected.claim_templates),
+        left_out=tuple(u.model for u in collected.left_out),
     )
     return Translation(
         snapshot,
@@ -278,6 +300,7 @@ def translate(
         tuple(collected.queues),
         tuple(collected.quotas),
         collected.health,
+        tuple(collected.left_out),
     )
 
 
@@ -341,26 +364,43 @@ def _view(
 ) -> GangView | None:
     members = tuple(pods)
     key = (kind.name, namespace, name)
-    try:
-        gang = memo.gang(
-            key,
-            head,
-            members,
-            None,
-            lambda: kind.read(namespace=namespace, name=name, head=head, members=members),
+
+    def broken(error: InputError) -> KindGang:
+        located = error.located(where=where)
+        return broken_gang(
+            kind, namespace=namespace, name=name, head=head, members=members, error=located
         )
-    except InputError as error:  # what even a broken gang must get right
+
+    try:
+        try:
+            gang = memo.gang(
+                key,
+                head,
+                members,
+                None,
+                lambda: kind.read(namespace=namespace, name=name, head=head, members=members),
+            )
+        except UnreadableObject as error:  # a reader's bug: InvalidSpec on its own gang
+            gang = broken(error)
+        group = index.find(kind, gang)
+        # Its workload also reads its PodGroup: kept apart, under the gang it was read for.
+        try:
+            workload = memo.gang(
+                (f"{kind.name}/workload", namespace, name),
+                None,
+                (gang,),
+                group,
+                lambda: workload_of(kind, gang, group),
+            )
+        except UnreadableObject as error:
+            gang = broken(error)
+            workload = workload_of(kind, gang, group)
+    except InputError as error:  # what even a broken gang must get right (its name)
         fail(error.located(where=where))
         return None
-    group = index.find(kind, gang)
-    # Its workload also reads its PodGroup: kept apart, under the gang it was read for.
-    workload = memo.gang(
-        (f"{kind.name}/workload", namespace, name),
-        None,
-        (gang,),
-        group,
-        lambda: workload_of(kind, gang, group),
-    )
+    except Exception as bug:  # the boundary's last line: the gang alone is left out
+        fail(memo.unreadable(None, bug).located(where=where))
+        return None
     return GangView(
         kind=kind,
         gang=gang,
@@ -371,7 +411,9 @@ def _view(
 
 
 def _bound_pods(
-    pods: list[tuple[Located, PodPiece]], members: _Members, fail: Skip
+    pods: list[tuple[Located, PodPiece]],
+    members: _Members,
+    fail: Callable[[Located, InputError], None],
 ) -> list[BoundPod]:
     owner_of: dict[int, str] = {}
     for (kind_name, namespace, name), group in members.items():
@@ -384,7 +426,7 @@ def _bound_pods(
         if not pod.node_name or request is None:
             continue
         if isinstance(request, InvalidSpecError):
-            fail(InputError(request.detail, where=item.where, field=f"spec.{request.field}"))
+            fail(item, InputError(request.detail, where=item.where, field=f"spec.{request.field}"))
             continue
         out.append(
             BoundPod(
