@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from queue_controller.chaos.confirm import NotInjected
 from queue_controller.chaos.marks import TAINT_KEY, Marks
 from queue_controller.chaos.observe import PHASES, GangSeen
 from queue_controller.core.gpuhealth import GPU_COUNT_LABEL
@@ -42,63 +43,21 @@ class Injection:
     # Done again at every poll: a reporter on the node may rewrite what was injected.
     keep: Callable[[Marks], None] | None = None
     once: bool = False  # the gang must never be evicted (admitted again) on the way
+    method: str = ""  # how the fault is put in place, where there is a choice
+    method_why: str = ""
+    # The live members it leaves alone: every other one must not start (see
+    # confirm.injection_state).  None: nothing to confirm beyond the act itself.
+    kept: frozenset[str] | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def _holding(gang: GangSeen) -> None:
+def holding(gang: GangSeen) -> None:
     if gang.phase not in ("Admitted", "Running"):
         raise InputError(
             f"Job {gang.namespace}/{gang.name} is not admitted (its PodGroup is "
             f"{gang.phase or 'not made yet'}): nothing to break",
             field="--job",
         )
-
-
-def partial_placement(gang: GangSeen, *, members: int) -> Injection:
-    """Stop ``members`` members from ever running: taint their planned nodes NoSchedule,
-    and delete those already there, so that their replacements meet the taint."""
-    _holding(gang)
-    live = gang.live
-    if not 1 <= members < len(live):
-        raise InputError(
-            f"--members must be at least 1 and fewer than the gang's {len(live)} live members",
-            field="--members",
-        )
-    # Members not running yet first: stopping them costs the Job no failure.
-    chosen = sorted(live, key=lambda m: (m.phase == "Running", m.name))[:members]
-    others = {m.node for m in live if m not in chosen and m.node}
-    nodes = {m.node for m in chosen if m.node}
-    if any(not m.node for m in chosen):
-        free = {n for n in gang.placement if n not in others}
-        nodes |= free or set(gang.placement)
-    bound = [m for m in chosen if m.node]
-    backoff = get(gang.job or {}, "spec.backoffLimit", int, 6)
-    if len(bound) > backoff:
-        raise InputError(
-            f"deleting {len(bound)} bound members would fail Job {gang.namespace}/{gang.name} "
-            f"(its backoffLimit is {backoff}); raise it, or inject before its members bind",
-            field="--members",
-        )
-    steps = [f"taint Node {n} {TAINT_KEY}=<run>:NoSchedule" for n in sorted(nodes)]
-    steps += [
-        f"delete Pod {gang.namespace}/{m.name} on {m.node}: its replacement meets the taint"
-        for m in bound
-    ]
-
-    def act(marks: Marks) -> None:
-        for node in sorted(nodes):
-            marks.taint(node)
-        for member in bound:
-            marks.gateway.delete(gw.POD, gang.namespace, member.name)
-
-    return Injection(
-        "partial-placement",
-        steps,
-        tuple(sorted(nodes)),
-        act,
-        reasons=("PodsReadyTimeout", "MembersLost"),
-        avoid=tuple(sorted(nodes)),
-    )
 
 
 def gang_node(gang: GangSeen, node: str | None) -> str:
@@ -121,7 +80,7 @@ def gang_node(gang: GangSeen, node: str | None) -> str:
 
 def node_loss(gang: GangSeen, node: Obj, *, keep_in: str) -> Injection:
     """Delete the Node (as a machine that is gone): its pods go with it, in time."""
-    _holding(gang)
+    holding(gang)
     name = get(node, "metadata.name", str, "")
     steps = [
         f"keep Node {name} in ConfigMap {keep_in}/chaos-<run>-{name} (to create it again)",
@@ -246,7 +205,7 @@ def gpu_steal(
     members bind there: the node is tainted while the members bound there are deleted and
     the placeholder is bound (sized to exactly the GPUs free then, so that no node is ever
     over-committed), then the taint comes off and the members meet a full node."""
-    _holding(gang)
+    holding(gang)
     name = get(node, "metadata.name", str, "")
     bound = [m for m in gang.live if m.node == name]
     planned = gang.placement.get(name, 0)
@@ -284,7 +243,7 @@ def gpu_steal(
         current = marks.gateway.get(gw.NODE, "", name)
         now_free = free_gpus(current, marks.gateway.list(gw.POD))
         if now_free <= 0:
-            raise InputError(f"Node {name} has no GPU free to steal any more", field="--node")
+            raise NotInjected(f"Node {name} has no GPU free to steal any more")
         marks.pod(gang.namespace, placeholder(pod_name, name, now_free))
         marks.untaint(name)
 

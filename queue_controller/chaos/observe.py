@@ -27,6 +27,11 @@ class Member:
     node: str  # "" while unbound
     phase: str
     live: bool  # not terminated, not being deleted
+    # The scheduler's message while it finds the pod no node (PodScheduled False,
+    # Unschedulable); "" otherwise, a gated pod included.
+    unschedulable: str = ""
+    # Its tolerations, each as sorted (key, value) pairs (hashable, like the rest).
+    tolerations: tuple[tuple[tuple[str, str], ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +120,25 @@ def _gang(
                 node=get(obj, "spec.nodeName", str, ""),
                 phase=phase,
                 live=not deleting and phase not in ("Succeeded", "Failed"),
+                unschedulable=_unschedulable(obj),
+                tolerations=tuple(
+                    tuple(sorted((str(k), str(v)) for k, v in t.items()))
+                    for t in objects(obj, "spec.tolerations")
+                ),
             )
         )
     return GangSeen(namespace, name, job, group, tuple(sorted(members, key=lambda m: m.name)))
+
+
+def _unschedulable(pod: Obj) -> str:
+    for condition in objects(pod, "status.conditions"):
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return str(condition.get("message") or "Unschedulable")
+    return ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
 
+from queue_controller.chaos.confirm import NotInjected, injection_state
 from queue_controller.chaos.experiments import Injection
 from queue_controller.chaos.marks import Marks, undo
 from queue_controller.chaos.observe import GangSeen, Mark, Timeline, read_gang
@@ -53,10 +54,24 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     undone: list[str] = field(default_factory=list)
     interrupted: str = ""
+    # Why the fault never took hold ("" once confirmed, or with nothing to confirm):
+    # the controller is then not judged at all.
+    not_injected: str = ""
+    confirmed: str = ""  # what showed that it took hold
 
     @property
     def passed(self) -> bool:
-        return not (self.violations or self.problems or self.interrupted)
+        return not (self.violations or self.problems or self.interrupted or self.not_injected)
+
+    @property
+    def verdict(self) -> str:
+        if self.interrupted:
+            return "interrupted"
+        if self.violations or self.problems:
+            return "failed"
+        if self.not_injected:
+            return "could not inject"
+        return "passed"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -64,6 +79,10 @@ class Outcome:
             "run": self.run,
             "injected": self.injection.steps,
             "nodes": list(self.injection.nodes),
+            "method": self.injection.method or None,
+            "methodWhy": self.injection.method_why or None,
+            "confirmed": self.confirmed or None,
+            "notInjected": self.not_injected or None,
             "timeline": [m.as_dict() for m in self.timeline.marks],
             "expectedWithinSeconds": round(self.deadline, 1),
             "violations": [v.as_dict() for v in self.violations],
@@ -71,6 +90,7 @@ class Outcome:
             "undone": self.undone,
             "interrupted": self.interrupted or None,
             "passed": self.passed,
+            "verdict": self.verdict,
         }
 
 
@@ -123,12 +143,16 @@ class Runner:
             with interruptible():
                 try:
                     injection.act(marks)
-                finally:
-                    timeline.injected_at = self.clock()
-                    self._show(
-                        timeline.mark("injected", timeline.injected_at, "; ".join(injection.steps))
-                    )
+                except NotInjected:
+                    raise  # nothing took hold: no "injected" in the timeline
+                except BaseException:
+                    self._injected(injection, timeline)  # part of it may have
+                    raise
+                self._injected(injection, timeline)
                 self._watch(injection, gang, scope, outcome, marks)
+        except NotInjected as why:
+            outcome.not_injected = str(why)
+            self.say(f"could not inject: {why}: undoing")
         except Interrupted as why:
             outcome.interrupted = str(why)
             self.say(f"interrupted by {why}: undoing")
@@ -139,6 +163,10 @@ class Runner:
         self._judge(outcome)
         return outcome
 
+    def _injected(self, injection: Injection, timeline: Timeline) -> None:
+        timeline.injected_at = self.clock()
+        self._show(timeline.mark("injected", timeline.injected_at, "; ".join(injection.steps)))
+
     def _watch(
         self, injection: Injection, gang: GangSeen, scope: Scope, outcome: Outcome, marks: Marks
     ) -> None:
@@ -148,8 +176,11 @@ class Runner:
         next_look = 0.0
         while True:
             now = self.clock()
-            for mark in timeline.observe(read_gang(self.gateway, gang.namespace, gang.name), now):
+            seen = read_gang(self.gateway, gang.namespace, gang.name)
+            for mark in timeline.observe(seen, now):
                 self._show(mark)
+            if not self._confirm(injection, seen, outcome, now):
+                return  # the fault never took hold: nothing to judge the controller on
             if now >= next_look:
                 next_look = now + self.interval
                 broken = self._look(scope, watch, now)
@@ -166,6 +197,27 @@ class Runner:
             elif now - timeline.injected_at > outcome.deadline:
                 return
             time.sleep(QUICK)
+
+    def _confirm(self, injection: Injection, seen: GangSeen, outcome: Outcome, now: float) -> bool:
+        """Whether the fault holds (or may yet): False once a stopped member started."""
+        timeline = outcome.timeline
+        if injection.kept is None or outcome.confirmed:
+            return True
+        state, detail = injection_state(
+            seen,
+            injection.kept,
+            seconds=now - timeline.injected_at,
+            evicted=timeline.reached("evicted"),
+        )
+        if state == "failed":
+            how = f"method {injection.method}: {injection.method_why}"
+            outcome.not_injected = f"{detail} ({how})" if injection.method else detail
+            self.say(f"could not inject: {outcome.not_injected}")
+            return False
+        if state == "confirmed":
+            outcome.confirmed = detail
+            self._show(timeline.mark("confirmed", now, detail))
+        return True
 
     def _look(self, scope: Scope, watch: Watch, now: float) -> list[Violation]:
         result = look(self.listing(), now=now, timing=self.timing)
@@ -190,6 +242,11 @@ class Runner:
     def _judge(self, outcome: Outcome) -> None:
         timeline, injection = outcome.timeline, outcome.injection
         missing = [p for p in injection.expect if not timeline.reached(p)]
+        unconfirmed = injection.kept is not None and not outcome.confirmed
+        if unconfirmed and not (outcome.not_injected or outcome.violations or outcome.interrupted):
+            outcome.not_injected = "the fault was never confirmed to hold"
+        if outcome.not_injected:
+            return  # the controller is not judged on a fault that never happened
         if missing and not outcome.violations and not outcome.interrupted:
             outcome.problems.append(
                 f"not recovered within {outcome.deadline:.0f}s: never {', '.join(missing)}"

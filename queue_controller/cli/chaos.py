@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import cast
 
 import click
 
@@ -36,9 +37,11 @@ def chaos_group() -> None:
     `chaos cleanup` undoes a run that was killed.
 
     It runs every `check` invariant at each look, prints the recovery's
-    timeline (injected, evicted, quota back, requeued, readmitted) in seconds
-    since the injection, and exits 0 only if the gang recovered in time and
-    no invariant broke; 1 otherwise, naming what broke; 130 if interrupted.
+    timeline (injected, confirmed, evicted, quota back, requeued, readmitted)
+    in seconds since the injection, and exits 0 only if the gang recovered in
+    time and no invariant broke; 1 otherwise, naming what broke; 3 if the
+    fault could not be injected or never took hold ("could not inject: <why>":
+    the controller is not judged); 130 if interrupted.
     """
 
 
@@ -51,21 +54,52 @@ def chaos_group() -> None:
     type=click.IntRange(min=1),
     help="How many of its members never start.",
 )
+@click.option(
+    "--method",
+    type=click.Choice(("auto", *chaos.METHODS)),
+    default="auto",
+    show_default=True,
+    help="How to stop them: auto picks from the pods' tolerations.",
+)
 @common_options
 @with_common
-def partial_placement(common: Common, *, job: str, members: int) -> None:
+def partial_placement(common: Common, *, job: str, members: int, method: str) -> None:
     """Stop some members of an admitted gang from ever starting.
 
     \b
-    Taints their planned nodes queue-controller.io/chaos:NoSchedule and deletes
-    those members already there, so that their replacements cannot land.
+    Two methods; auto picks the one that works for the pods at hand:
+      taint        taint their planned nodes queue-controller.io/chaos:NoSchedule
+                   and delete those members already there, so that their
+                   replacements cannot land (for pods that do not tolerate it);
+      placeholder  when they tolerate that taint (tolerations: [{operator:
+                   Exists}]): a pending pod outside any queue, for that node
+                   only, asks for every GPU it will have free, and the members
+                   there are deleted; it takes their GPUs, and their
+                   replacements find none.  It is labelled
+                   queue-controller.io/chaos-run=<run> and deleted when the
+                   run ends, however it ends.
+
+    \b
+    Then it confirms the fault took hold: a stopped member found unschedulable
+    by the scheduler, or none started for 10s while the others run.  If one
+    starts all the same, or the placeholder is refused or never placed, it
+    reports "could not inject: <why>" and exits 3: the controller is not judged.
     Expects: evicted at the gang's timeout (PodsReadyTimeout or MembersLost),
     its quota back with no member left alive, requeued, and readmitted on
     other nodes.
     """
+    forced = None if method == "auto" else cast(chaos.confirm.MethodName, method)
 
-    def plan(gang: chaos.GangSeen, _items: list[Located], _run: str) -> chaos.Injection:
-        return chaos.partial_placement(gang, members=members)
+    def plan(gang: chaos.GangSeen, items: list[Located], run: str) -> chaos.Injection:
+        nodes = {
+            get(i.obj, "metadata.name", str, ""): i.obj
+            for i in items
+            if i.obj.get("kind") == "Node"
+        }
+        pods = [i.obj for i in items if i.obj.get("kind") == "Pod"]
+        return chaos.partial_placement(
+            gang, members=members, run=run, nodes=nodes, pods=pods, method=forced
+        )
 
     run_experiment(common, job, plan, "partial-placement")
 

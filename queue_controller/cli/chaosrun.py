@@ -22,6 +22,7 @@ from queue_controller.kube.snapshot import Located
 
 F = TypeVar("F", bound=Callable[..., object])
 EXIT_FAILED = 1
+EXIT_NOT_INJECTED = 3  # the fault never took hold: no verdict on the controller
 EXIT_INTERRUPTED = 130
 Plan = Callable[[chaos.GangSeen, list[Located], str], chaos.Injection]
 
@@ -179,6 +180,8 @@ def run_experiment(
     _report(outcome, common.output)
     if outcome.interrupted:
         raise SystemExit(EXIT_INTERRUPTED)
+    if outcome.verdict == "could not inject":
+        raise SystemExit(EXIT_NOT_INJECTED)
     if not outcome.passed:
         raise SystemExit(EXIT_FAILED)
 
@@ -194,6 +197,8 @@ def _dry_run(run: str, injection: chaos.Injection, deadline: float, output: str)
                     "run": run,
                     "would": injection.steps,
                     "nodes": list(injection.nodes),
+                    "method": injection.method or None,
+                    "methodWhy": injection.method_why or None,
                     "expect": expect,
                     "withinSeconds": deadline,
                     "notes": injection.notes,
@@ -223,6 +228,9 @@ def _report(outcome: chaos.Outcome, output: str) -> None:
         click.echo(f"BROKEN {violation.invariant.value}: {violation.message}")
     for problem in outcome.problems:
         click.echo(f"FAILED: {problem}")
+    if outcome.verdict == "could not inject":
+        click.echo(f"could not inject: {outcome.not_injected}")
+        click.echo("the controller was not judged: the fault never took hold")
     if outcome.passed:
         last = outcome.timeline.marks[-1].seconds if outcome.timeline.marks else 0.0
         click.echo(
