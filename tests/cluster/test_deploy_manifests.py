@@ -97,8 +97,14 @@ def test_manifests_and_the_node_agent_pass_a_server_side_dry_run(
 def controller_account(cluster: Cluster, namespace: str) -> Iterator[tuple[str, str]]:
     """The chart's ServiceAccount, ClusterRole, Role and bindings, made for real."""
     release = f"qc-rbac-{secrets.token_hex(3)}"
-    # The roles for people are tried in test_user_rbac.py.
-    docs = render("userRoles.enabled=false", namespace=namespace, release=release)
+    # The roles for people are tried in test_user_rbac.py. GPU health checking on (DCGM): the
+    # controller's Node writes are granted only then, and required_rules() holds them.
+    docs = render(
+        "userRoles.enabled=false",
+        "settings.dcgmUrls=http://dcgm-exporter:9400/metrics",
+        namespace=namespace,
+        release=release,
+    )
     kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
     rbac = [d for d in docs if d["kind"] in kinds]
     applied = run_kubectl(cluster, "apply", "-f", "-", stdin=as_yaml(rbac))

@@ -56,7 +56,17 @@ DEFAULT_KINDS = [
     "Service",
     "Service",
     "ServiceAccount",
+    *["ValidatingAdmissionPolicy"] * 5,  # admission-policies.yaml: one per rule
+    *["ValidatingAdmissionPolicyBinding"] * 5,
 ]
+# Cluster-scoped objects: no namespace.
+CLUSTER_KINDS = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 
 
 def kinds(docs: list[Doc]) -> list[str]:
@@ -122,7 +132,7 @@ def test_default_render() -> None:
     docs = render()
     assert kinds(docs) == DEFAULT_KINDS
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"):
+        if doc["kind"] not in CLUSTER_KINDS:
             assert doc["metadata"]["namespace"] == "queue-controller-system", doc["kind"]
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
@@ -503,10 +513,25 @@ def test_gateway_issues_only_methods_this_test_maps() -> None:
     )
 
 
+# GPU health checking on: the controller's DCGM reader publishes health on Nodes.
+DCGM = "settings.dcgmUrls=http://dcgm-exporter:9400/metrics"
+NODE_WRITES = {("", "nodes", "patch"), ("", "nodes/status", "patch")}
+
+
 def test_cluster_role_covers_what_the_controller_does() -> None:
-    role = one(render(), "ClusterRole", "queue-controller")
+    role = one(render(DCGM), "ClusterRole", "queue-controller")
     missing = required_rules() - granted(role)
     assert not missing, f"the ClusterRole lacks {sorted(missing)}"
+
+
+def test_node_writes_only_with_health_checking_on() -> None:
+    # The only Node writes in the controller are its DCGM reader's (NodeHealthPublisher).
+    assert required_rules() >= NODE_WRITES
+    role = one(render(), "ClusterRole", "queue-controller")
+    assert not NODE_WRITES & granted(role)
+    assert required_rules() - NODE_WRITES <= granted(role)
+    assert ("", "nodes", "get") in granted(role)  # still reads them, to place gangs
+    assert granted(one(render(DCGM), "ClusterRole", "queue-controller")) >= NODE_WRITES
 
 
 def test_cluster_role_grants_nothing_unexplained() -> None:
