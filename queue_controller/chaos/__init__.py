@@ -3,10 +3,10 @@ recover with ``check`` running throughout, and undo the break whatever happens."
 
 from queue_controller.chaos.confirm import (
     METHODS,
+    Confirmation,
     Method,
     NotInjected,
     choose_method,
-    injection_state,
     tolerates,
 )
 from queue_controller.chaos.experiments import (
@@ -29,6 +29,7 @@ __all__ = [
     "METHODS",
     "PHASES",
     "TAINT_KEY",
+    "Confirmation",
     "GangSeen",
     "Injection",
     "Method",
@@ -44,7 +45,6 @@ __all__ = [
     "gang_seen",
     "gpu_fault",
     "gpu_steal",
-    "injection_state",
     "new_run_id",
     "node_loss",
     "partial_placement",

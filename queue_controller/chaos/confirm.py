@@ -9,7 +9,7 @@ choice of method and the reading of the gang here are pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from queue_controller.chaos.observe import GangSeen
@@ -85,43 +85,53 @@ def choose_method(
 State = Literal["confirmed", "failed", "pending"]
 
 
-def injection_state(
-    gang: GangSeen,
-    kept: frozenset[str],
-    *,
-    seconds: float,
-    evicted: bool,
-    hold: float = HOLD_SECONDS,
-) -> tuple[State, str]:
-    """Whether the fault holds in this look at the gang, and what shows it.
+@dataclass
+class Confirmation:
+    """Whether the fault holds, look by look at the gang (``seconds`` since injection).
 
-    ``kept`` names the live members the run leaves alone; every other live member
-    (a replacement of one it deleted, or one it stopped before binding) must not
-    start.  Failed: one of them is bound to a node before the gang is evicted.
-    Confirmed: the scheduler has found one unschedulable; or the gang was evicted
-    with none of them started; or none has started for ``hold`` seconds.
+    ``kept`` names the live members the run leaves alone; every other live member (a
+    replacement of one it deleted, or one it stopped before binding) must not start.
+
+    * failed: one of them is bound to a node before the gang is evicted;
+    * confirmed: the scheduler found one unschedulable; or one released by the
+      controller (ungated) has stayed unbound for ``hold`` seconds; or the gang was
+      evicted with none of them started.
+
+    A member not made yet (a Job makes its replacements after a backoff) or still held
+    by the admission gate shows nothing either way: the run waits for it.
     """
-    stopped = [m for m in gang.live if m.name not in kept]
-    started = [m for m in stopped if m.node]
-    if started and not evicted:
-        first = started[0]
-        return (
-            "failed",
-            f"Pod {gang.namespace}/{first.name} started on {first.node} all the same",
-        )
-    blocked = [m for m in stopped if m.unschedulable]
-    if blocked:
-        first = blocked[0]
-        return (
-            "confirmed",
-            f"Pod {gang.namespace}/{first.name} cannot start: {first.unschedulable}",
-        )
-    if evicted:
-        return "confirmed", "evicted with none of the stopped members started"
-    running = sum(1 for m in gang.live if m.name in kept and m.phase == "Running")
-    if seconds >= hold:
-        return (
-            "confirmed",
-            f"no stopped member started in {hold:.0f}s while {running} others run",
-        )
-    return "pending", ""
+
+    kept: frozenset[str]
+    hold: float = HOLD_SECONDS
+    waiting_since: dict[str, float] = field(default_factory=dict)  # released, unbound
+
+    def observe(self, gang: GangSeen, *, seconds: float, evicted: bool) -> tuple[State, str]:
+        stopped = [m for m in gang.live if m.name not in self.kept]
+        started = [m for m in stopped if m.node]
+        if started and not evicted:
+            first = started[0]
+            return (
+                "failed",
+                f"Pod {gang.namespace}/{first.name} started on {first.node} all the same",
+            )
+        blocked = [m for m in stopped if m.unschedulable]
+        if blocked:
+            first = blocked[0]
+            return (
+                "confirmed",
+                f"Pod {gang.namespace}/{first.name} cannot start: {first.unschedulable}",
+            )
+        if evicted:
+            return "confirmed", "evicted with none of the stopped members started"
+        for member in stopped:
+            if not member.gated:
+                self.waiting_since.setdefault(member.name, seconds)
+        running = sum(1 for m in gang.live if m.name in self.kept and m.phase == "Running")
+        for name, since in sorted(self.waiting_since.items()):
+            if seconds - since >= self.hold and any(m.name == name for m in stopped):
+                return (
+                    "confirmed",
+                    f"Pod {gang.namespace}/{name} released and still not started after "
+                    f"{self.hold:.0f}s, while {running} others run",
+                )
+        return "pending", ""

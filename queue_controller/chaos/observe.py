@@ -30,6 +30,7 @@ class Member:
     # The scheduler's message while it finds the pod no node (PodScheduled False,
     # Unschedulable); "" otherwise, a gated pod included.
     unschedulable: str = ""
+    gated: bool = False  # it has scheduling gates: nothing tries to place it yet
     # Its tolerations, each as sorted (key, value) pairs (hashable, like the rest).
     tolerations: tuple[tuple[tuple[str, str], ...], ...] = ()
 
@@ -121,6 +122,7 @@ def _gang(
                 phase=phase,
                 live=not deleting and phase not in ("Succeeded", "Failed"),
                 unschedulable=_unschedulable(obj),
+                gated=bool(objects(obj, "spec.schedulingGates")),
                 tolerations=tuple(
                     tuple(sorted((str(k), str(v)) for k, v in t.items()))
                     for t in objects(obj, "spec.tolerations")

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
 
-from queue_controller.chaos.confirm import NotInjected, injection_state
+from queue_controller.chaos.confirm import Confirmation, NotInjected
 from queue_controller.chaos.experiments import Injection
 from queue_controller.chaos.marks import Marks, undo
 from queue_controller.chaos.observe import GangSeen, Mark, Timeline, read_gang
@@ -128,6 +128,7 @@ class Runner:
     interval: float
     say: Say
     clock: Callable[[], float] = time.time
+    _confirmation: Confirmation | None = field(default=None, init=False)
 
     def listing(self) -> list[Located]:
         return cluster_objects(self.gateway)
@@ -136,6 +137,7 @@ class Runner:
         self, injection: Injection, gang: GangSeen, scope: Scope, deadline: float
     ) -> Outcome:
         marks = Marks(self.gateway, self.run)
+        self._confirmation = None
         timeline = Timeline(self.clock(), gang.requeue_count)
         timeline.track_running = "running" in injection.expect
         outcome = Outcome(self.run, injection, timeline, deadline)
@@ -203,11 +205,10 @@ class Runner:
         timeline = outcome.timeline
         if injection.kept is None or outcome.confirmed:
             return True
-        state, detail = injection_state(
-            seen,
-            injection.kept,
-            seconds=now - timeline.injected_at,
-            evicted=timeline.reached("evicted"),
+        if self._confirmation is None:
+            self._confirmation = Confirmation(injection.kept)
+        state, detail = self._confirmation.observe(
+            seen, seconds=now - timeline.injected_at, evicted=timeline.reached("evicted")
         )
         if state == "failed":
             how = f"method {injection.method}: {injection.method_why}"

@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -71,10 +72,16 @@ def start_chaos(cluster: Cluster, *args: str) -> tuple[subprocess.Popen[str], st
 
 
 def admitted_gang(
-    cluster: Cluster, namespace: str, objects: Objects, nodes: list[str], timeout: int
+    cluster: Cluster,
+    namespace: str,
+    objects: Objects,
+    nodes: list[str],
+    timeout: int,
+    **pod_spec: Any,
 ) -> dict[str, object]:
     objects.queue("q", objects.team_quota(64), timeout=timeout)
-    create(cluster, namespace, job("gang", queue="q", gpus=8, pods=2, nodes=nodes, backoff_limit=4))
+    body = job("gang", queue="q", gpus=8, pods=2, nodes=nodes, backoff_limit=4, **pod_spec)
+    create(cluster, namespace, body)
     return eventually(lambda: objects.phase("gang", "Running"), what="the gang to run")
 
 
@@ -130,6 +137,112 @@ def test_partial_placement_recovers_and_prints_the_timeline(
     assert tainted.group(1) not in running
 
 
+# Common on GPU nodes: the pods tolerate every taint, the chaos taint included.
+TOLERATE_EVERYTHING = [{"operator": "Exists"}]
+
+
+def placeholders(cluster: Cluster, namespace: str) -> list[str]:
+    """The chaos run's pods still in the namespace (and not on their way out)."""
+    return [
+        p.metadata.name
+        for p in cluster.core.list_namespaced_pod(namespace).items
+        if LABEL in (p.metadata.labels or {}) and p.metadata.deletion_timestamp is None
+    ]
+
+
+def test_partial_placement_of_members_that_tolerate_every_taint_uses_a_placeholder(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    # A timeout longer than the Job's backoff before it replaces a deleted pod: the
+    # replacement is made while the gang may still wait for it, so a fault that does
+    # not hold (the old taint) lets the gang run whole and it is never evicted.
+    nodes = h100(4, 5, 6)
+    admitted_gang(cluster, namespace, objects, nodes, timeout=30, tolerations=TOLERATE_EVERYTHING)
+    result = chaos(cluster, "partial-placement", "--job", f"{namespace}/gang", "--members", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    placed = re.search(
+        rf"create placeholder Pod {namespace}/(\S+) \(outside any queue, for Node (\S+) only\)", out
+    )
+    assert placed is not None, out
+    assert "taint Node" not in out
+    # Confirmed before the controller is judged: the replacement found no GPU on its node.
+    confirmed = re.search(r"^confirmed\s+\d+\.\ds\s+Pod \S+ cannot start: (.*)$", out, re.M)
+    assert confirmed is not None, out
+    assert "nvidia.com/gpu" in confirmed.group(1)
+    assert seconds_of(out, "confirmed") <= seconds_of(out, "evicted")
+    assert re.search(r"^evicted\s+\S+\s+(PodsReadyTimeout|MembersLost)", out, re.M)
+    for phase in ("quota back", "requeued", "readmitted"):
+        assert re.search(rf"^{phase}\s+\d+\.\ds", out, re.M), f"no {phase} in the timeline"
+    assert "every invariant held" in out
+    assert f"undone: delete placeholder Pod {namespace}/{placed.group(1)}" in out
+    assert placeholders(cluster, namespace) == []
+    assert chaos_marks(cluster) == []
+    running = eventually(
+        lambda: (r := running_on(cluster, namespace, "gang")) and sum(r.values()) == 2 and r,
+        what="the gang to run again",
+    )
+    assert placed.group(2) not in running
+
+
+def test_partial_placement_that_cannot_take_hold_says_so_rather_than_failed(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    # The old way, forced: the taint, which these members tolerate.  The replacement
+    # starts on the tainted node; the run must not blame the controller for that.
+    admitted_gang(
+        cluster, namespace, objects, h100(4, 5, 6), timeout=30, tolerations=TOLERATE_EVERYTHING
+    )
+    args = ("partial-placement", "--job", f"{namespace}/gang", "--method", "taint")
+    result = chaos(cluster, *args)
+    assert result.returncode == 3, result.stdout + result.stderr
+    out = result.stdout
+    assert re.search(
+        rf"^could not inject: Pod {namespace}/gang-\S+ started on h100-\d+ all the same "
+        r"\(method taint: asked for \(--method taint\), although the members tolerate",
+        out,
+        re.M,
+    ), out
+    assert "FAILED" not in out
+    assert "not recovered" not in out
+    assert chaos_marks(cluster) == []
+
+
+def test_partial_placement_whose_placeholder_is_refused_reports_could_not_inject(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    # A namespace GPU quota the gang fills: there is no room for a placeholder, and the
+    # members tolerate the taint, so neither method can take hold.  Nothing is deleted.
+    quota = {
+        "metadata": {"name": "gpus"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "16"}},
+    }
+    cluster.core.create_namespaced_resource_quota(namespace, quota)
+    eventually(
+        lambda: cluster.core.read_namespaced_resource_quota("gpus", namespace).status.hard or None,
+        what="the quota to be counted",
+    )
+    admitted_gang(
+        cluster, namespace, objects, h100(4, 5, 6), timeout=5, tolerations=TOLERATE_EVERYTHING
+    )
+    before = running_on(cluster, namespace, "gang")
+    result = chaos(cluster, "partial-placement", "--job", f"{namespace}/gang", "-o", "json")
+    assert result.returncode == 3, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "could not inject"
+    assert report["method"] == "placeholder"
+    assert "was refused" in report["notInjected"]
+    assert "exceeded quota" in report["notInjected"]
+    assert report["timeline"] == []
+    assert "could not inject: " in result.stderr
+    assert placeholders(cluster, namespace) == []
+    assert chaos_marks(cluster) == []
+    assert running_on(cluster, namespace, "gang") == before
+    group = objects.pod_group("gang")
+    assert group is not None
+    assert group["status"].get("requeueCount", 0) == 0
+
+
 def test_partial_placement_against_a_controller_that_never_evicts_names_the_invariant(
     cluster: Cluster, namespace: str, objects: Objects, faulty: ControllerProcess
 ) -> None:
@@ -142,7 +255,10 @@ def test_partial_placement_against_a_controller_that_never_evicts_names_the_inva
     broken = {v["invariant"] for v in report["violations"]}
     assert broken & {"PartiallyPlacedTooLong", "EvictedStillHolding"}, report
     assert report["passed"] is False
-    assert [m["phase"] for m in report["timeline"]] == ["injected"]
+    # Confirmed (the replacement met the taint) or not yet when the invariant broke.
+    assert [m["phase"] for m in report["timeline"] if m["phase"] != "confirmed"] == ["injected"]
+    assert report["verdict"] == "failed"
+    assert report["method"] == "taint"
     assert chaos_marks(cluster) == []
 
 

@@ -219,33 +219,67 @@ def test_a_placeholder_held_by_a_gate_is_no_injection() -> None:
 KEPT = frozenset({"train-b"})
 
 
-def test_a_replacement_that_starts_on_its_node_means_the_fault_did_not_hold() -> None:
-    started = (Member("train-c", "n1", "Running", True), RUNNING[1])
-    state, why = chaos.injection_state(gang("Running", *started), KEPT, seconds=2, evicted=False)
-    assert (state, why) == ("failed", "Pod ns/train-c started on n1 all the same")
+class Looks:
+    """One run's confirmation, fed one look at the gang at a time."""
+
+    def __init__(self) -> None:
+        self.confirmation = chaos.Confirmation(KEPT)
+
+    def __call__(
+        self, *members: Member, seconds: float, evicted: bool = False, phase: str = "Running"
+    ) -> tuple[str, str]:
+        seen = gang(phase, *members)
+        return self.confirmation.observe(seen, seconds=seconds, evicted=evicted)
 
 
-def test_the_scheduler_finding_no_node_confirms_it() -> None:
+@pytest.fixture
+def look() -> Looks:
+    return Looks()
+
+
+def test_a_replacement_that_starts_on_its_node_means_the_fault_did_not_hold(look: Looks) -> None:
+    started = Member("train-c", "n1", "Running", True)
+    assert look(started, RUNNING[1], seconds=2) == (
+        "failed",
+        "Pod ns/train-c started on n1 all the same",
+    )
+
+
+def test_the_scheduler_finding_no_node_confirms_it(look: Looks) -> None:
     message = "0/3 nodes are available: 1 Insufficient nvidia.com/gpu"
-    waiting = (Member("train-c", "", "Pending", True, unschedulable=message), RUNNING[1])
-    state, why = chaos.injection_state(gang("Running", *waiting), KEPT, seconds=1, evicted=False)
-    assert state == "confirmed"
-    assert why == f"Pod ns/train-c cannot start: {message}"
+    waiting = Member("train-c", "", "Pending", True, unschedulable=message)
+    assert look(waiting, RUNNING[1], seconds=1) == (
+        "confirmed",
+        f"Pod ns/train-c cannot start: {message}",
+    )
 
 
-def test_a_gated_replacement_waits_until_the_stated_time() -> None:
-    gated = (Member("train-c", "", "Pending", True), RUNNING[1])
-    seen = gang("Running", *gated)
-    assert chaos.injection_state(seen, KEPT, seconds=9.9, evicted=False) == ("pending", "")
-    state, why = chaos.injection_state(seen, KEPT, seconds=10, evicted=False)
-    assert (state, why) == ("confirmed", "no stopped member started in 10s while 1 others run")
+def test_a_released_member_confirms_it_once_it_has_waited_the_stated_time(look: Looks) -> None:
+    released = Member("train-c", "", "Pending", True)
+    assert look(released, RUNNING[1], seconds=3) == ("pending", "")
+    assert look(released, RUNNING[1], seconds=12.9) == ("pending", "")
+    assert look(released, RUNNING[1], seconds=13) == (
+        "confirmed",
+        "Pod ns/train-c released and still not started after 10s, while 1 others run",
+    )
 
 
-def test_an_eviction_before_any_stopped_member_started_confirms_it() -> None:
-    assert chaos.injection_state(gang("Evicted"), KEPT, seconds=1, evicted=True)[0] == "confirmed"
+def test_nothing_is_confirmed_while_the_replacement_is_not_made_or_still_gated(look: Looks) -> None:
+    # A Job makes its replacement after a backoff, and the admission gate holds it until
+    # the controller releases it: neither says the fault holds.
+    assert look(RUNNING[1], seconds=30) == ("pending", "")
+    gated = Member("train-c", "", "Pending", True, gated=True)
+    assert look(gated, RUNNING[1], seconds=60) == ("pending", "")
+    released = Member("train-c", "", "Pending", True)
+    assert look(released, RUNNING[1], seconds=61) == ("pending", "")
+    assert look(Member("train-c", "n1", "Running", True), RUNNING[1], seconds=62)[0] == "failed"
+
+
+def test_an_eviction_before_any_stopped_member_started_confirms_it(look: Looks) -> None:
+    assert look(seconds=1, evicted=True, phase="Evicted")[0] == "confirmed"
     # Readmitted members bound after the eviction are the recovery, not a failed injection.
-    back = (Member("train-c", "n3", "Running", True),)
-    assert chaos.injection_state(gang("Admitted", *back), KEPT, seconds=9, evicted=True) == (
+    back = Member("train-c", "n3", "Running", True)
+    assert look(back, seconds=9, evicted=True, phase="Admitted") == (
         "confirmed",
         "evicted with none of the stopped members started",
     )
