@@ -108,6 +108,14 @@ import click
     "[QC_IDLE_WINDOW_SECONDS]",
 )
 @click.option(
+    "--managed-namespace-selector",
+    metavar="SELECTOR",
+    help="Queue every Job or Pod that asks for an accelerator in the namespaces this "
+    "label selector picks, even without a queue label: in the namespace's Queue "
+    "'default' (Kueue's managedJobsNamespaceSelector). Default: off. "
+    "[QC_MANAGED_NAMESPACE_SELECTOR]",
+)
+@click.option(
     "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="[QC_LOG_LEVEL]"
 )
 # Hidden: a fault injected on purpose so that tests can prove `check` and `chaos`

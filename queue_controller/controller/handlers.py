@@ -6,11 +6,21 @@ What is watched and which webhooks hold what come from the registry of
 workload kinds (kube/kinds): each kind's webhook applies the kind's own hold
 (``spec.suspend`` on a Job, a scheduling gate on a Pod) as the object is
 created, so nothing of a queued gang starts before it is admitted.
+
+With managed namespaces (``--managed-namespace-selector``, Kueue's
+``managedJobsNamespaceSelector``) a second webhook per kind takes the objects with
+*no* queue label: in a managed namespace, one that asks for an accelerator gets the
+queue label ``default`` and its kind's hold (kube/kinds/managed.py), so it queues like
+any other.  In the cluster the chart registers that webhook with the selector as its
+``namespaceSelector``; outside it (``--webhook local``) kopf registers it with no
+namespace selector, so the handler itself asks :class:`ManagedNamespaces`, which a
+watch of Namespaces keeps current.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -20,6 +30,8 @@ from kubernetes import client
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState, key_of
 from queue_controller.kube import kinds
+from queue_controller.kube.fields import strings
+from queue_controller.kube.kinds.selectors import LabelSelector
 from queue_controller.kube.resources import Resource
 from queue_controller.tls import ServingCertificate
 
@@ -48,12 +60,55 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+class ManagedNamespaces:
+    """Which namespaces enforce queueing: the selector, over each namespace's labels.
+
+    Kept from a watch of Namespaces.  A namespace not seen yet (made a moment before
+    the object being created in it) is read once with ``read``; if that fails, the
+    answer is ``unknown`` (True behind the chart's webhook, whose namespaceSelector the
+    API server has already matched; False for the local one, which has none).
+    """
+
+    def __init__(
+        self,
+        selector: LabelSelector,
+        read: Callable[[str], Mapping[str, Any] | None],
+        *,
+        unknown: bool,
+    ) -> None:
+        self.selector, self.read, self.unknown = selector, read, unknown
+        self._labels: dict[str, Mapping[str, str]] = {}
+        self._lock = threading.Lock()  # kopf's handler threads: the watch and the webhook
+
+    def observe(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        with self._lock:
+            if event_type == "DELETED":
+                self._labels.pop(name, None)
+            else:
+                self._labels[name] = strings(dict(obj), "metadata.labels")
+
+    def managed(self, namespace: str) -> bool:
+        with self._lock:
+            labels = self._labels.get(namespace)
+        if labels is None:
+            obj = self.read(namespace)
+            if obj is None:
+                return self.unknown
+            self.observe("ADDED", obj)
+            labels = strings(dict(obj), "metadata.labels")
+        return self.selector.matches(labels)
+
+
 def build_registry(
     state: ClusterState,
     config: Settings,
     *,
     certificate: ServingCertificate | None,
     relisted: Callable[[], None] | None = None,
+    namespaces: ManagedNamespaces | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -101,7 +156,49 @@ def build_registry(
         for kind in kinds.KINDS:
             _hold(registry, kind.webhook, config)
 
+    if namespaces is not None:
+        _watch_namespaces(registry, namespaces)
+        if certificate is not None:
+            for kind in kinds.KINDS:
+                _queue_by_default(registry, kind.webhook, config, namespaces)
+
     return registry
+
+
+def _watch_namespaces(registry: kopf.OperatorRegistry, namespaces: ManagedNamespaces) -> None:
+    def on_namespace(event: kopf.RawEvent, **_: Any) -> None:
+        namespaces.observe(event["type"], event["object"])
+
+    kopf.on.event("", "v1", "namespaces", registry=registry, id="feed-namespaces")(on_namespace)
+
+
+def _queue_by_default(
+    registry: kopf.OperatorRegistry,
+    rule: kinds.WebhookRule,
+    config: Settings,
+    namespaces: ManagedNamespaces,
+) -> None:
+    """The mutating webhook that queues a kind's unlabelled objects in managed namespaces."""
+    resource = rule.resource
+
+    def queue(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        namespace = str(body.metadata.namespace or "")
+        if not namespace or not namespaces.managed(namespace):
+            return
+        for key, value in kinds.queue_by_default(resource, dict(body)).items():
+            patch[key] = value
+
+    kopf.on.mutate(
+        resource.group,
+        resource.version,
+        resource.plural,
+        operations=list(rule.operations),
+        # Neither queue label: the labelled are the hold webhooks' (one per label).
+        labels=dict.fromkeys(kinds.QUEUE_LABELS, kopf.ABSENT),
+        ignore_failures=config.webhook == "local",
+        id=f"default-{resource.plural}",
+        registry=registry,
+    )(queue)
 
 
 def _hold(registry: kopf.OperatorRegistry, rule: kinds.WebhookRule, config: Settings) -> None:

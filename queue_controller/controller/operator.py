@@ -24,7 +24,7 @@ from kubernetes import client
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.binding import InFlight
 from queue_controller.controller.dcgmsource import DcgmSource
-from queue_controller.controller.handlers import build_registry
+from queue_controller.controller.handlers import ManagedNamespaces, build_registry
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.loop import SchedulingLoop
@@ -68,6 +68,22 @@ def _certificate(settings: Settings, scratch: Path) -> ServingCertificate | None
         d = settings.webhook_cert_dir
         return ServingCertificate(d / "tls.crt", d / "tls.key", d / "ca.crt")
     return serving_certificate(scratch / "webhook", hosts=(settings.webhook_host,))
+
+
+def _managed_namespaces(settings: Settings, gateway: gw.Gateway) -> ManagedNamespaces | None:
+    selector = settings.managed_namespaces
+    if selector is None:
+        return None
+    log.info("queueing enforced in namespaces matching %r", selector.text)
+
+    def read(name: str) -> dict[str, object] | None:
+        try:
+            return gateway.get(gw.NAMESPACE, "", name)
+        except gw.GatewayError as error:
+            log.warning("could not read namespace %s to tell if it is managed: %s", name, error)
+            return None
+
+    return ManagedNamespaces(selector, read, unknown=settings.webhook == "service")
 
 
 def _dcgm_source(settings: Settings, gateway: gw.Gateway, metrics: Metrics) -> DcgmSource | None:
@@ -175,6 +191,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
             settings,
             certificate=_certificate(settings, Path(scratch)),
             relisted=resync.request,
+            namespaces=_managed_namespaces(settings, gateway),
         )
         operator = asyncio.create_task(
             kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)

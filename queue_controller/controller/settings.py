@@ -19,6 +19,7 @@ from queue_controller.envsettings import load_settings
 from queue_controller.errors import InputError
 from queue_controller.journal import DEFAULT_URL
 from queue_controller.journal.database import parse_url
+from queue_controller.kube.kinds.selectors import LabelSelector, parse_selector
 
 
 def _identity() -> str:
@@ -78,6 +79,15 @@ class Settings(BaseSettings):
         description="tls.crt, tls.key and ca.crt; made on the fly for the local webhook if unset.",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Kueue's manageJobsWithoutQueueName + managedJobsNamespaceSelector, in one setting.
+    managed_namespace_selector: str = Field(
+        default="",
+        description=(
+            "A label selector of namespaces (`team=a`, `kubernetes.io/metadata.name notin "
+            "(kube-system)`) where every Job or Pod that asks for an accelerator is queued "
+            "even without a queue label, in the namespace's Queue `default`.  Empty: off."
+        ),
+    )
     # GPU health from DCGM: the alternative to the node agent (see the README).
     dcgm_urls: str = Field(
         default="",
@@ -121,6 +131,21 @@ class Settings(BaseSettings):
         for url in (u.strip() for u in value.split(",")):
             if url and not url.startswith(("http://", "https://")):
                 raise ValueError(f"{url!r} is not an http(s) URL")
+        return value
+
+    @property
+    def managed_namespaces(self) -> LabelSelector | None:
+        """The managed namespaces' selector; None when queueing is not enforced."""
+        text = self.managed_namespace_selector
+        return parse_selector(text) if text.strip() else None
+
+    @field_validator("managed_namespace_selector")
+    @classmethod
+    def _managed_namespace_selector(cls, value: str) -> str:
+        try:
+            parse_selector(value)
+        except InputError as error:
+            raise ValueError(error.detail) from None
         return value
 
     @field_validator("journal_url")

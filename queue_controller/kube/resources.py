@@ -23,6 +23,7 @@ __all__ = [
     "FIELD_MANAGER",
     "HOSTNAME_LABEL",
     "JOB",
+    "NAMESPACE",
     "NODE",
     "POD",
     "POD_GROUP",
@@ -78,6 +79,8 @@ EVENT = Resource("v1", "Event", "events", True)
 # Not watched: only `chaos` keeps a deleted Node in one, to create it again from.
 CONFIG_MAP = Resource("v1", "ConfigMap", "configmaps", True)
 JOB = Resource("batch/v1", "Job", "jobs", True)
+# Read only with managed namespaces on: their labels decide where queueing is enforced.
+NAMESPACE = Resource("v1", "Namespace", "namespaces", False)
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
 TEAM_QUOTA = Resource(v1alpha1.API_VERSION, "TeamQuota", "teamquotas", False)
 COHORT = Resource(v1alpha1.API_VERSION, "Cohort", "cohorts", False)

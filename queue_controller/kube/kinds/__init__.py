@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from queue_controller.errors import InputError
-from queue_controller.kube.fields import Obj
+from queue_controller.kube.fields import Obj, strings
 from queue_controller.kube.kinds.base import (
     KUEUE_QUEUE_LABEL,
     QUEUE_LABEL,
@@ -24,11 +24,13 @@ from queue_controller.kube.kinds.base import (
     queue_name,
 )
 from queue_controller.kube.kinds.batchjob import BatchJob
+from queue_controller.kube.kinds.managed import DEFAULT_QUEUE, asks_for_accelerator, merge, pod_spec
 from queue_controller.kube.kinds.plainpods import PlainPods
 from queue_controller.kube.resources import CORE, POD, Resource
 from queue_controller.kube.views import MemberPod, member_pod
 
 __all__ = [
+    "DEFAULT_QUEUE",
     "KINDS",
     "KUEUE_QUEUE_LABEL",
     "QUEUE_LABEL",
@@ -43,6 +45,7 @@ __all__ = [
     "by_name",
     "claim",
     "hold_at_creation",
+    "queue_by_default",
     "queue_name",
     "rbac_rules",
 ]
@@ -95,6 +98,12 @@ CORE_RBAC: tuple[RbacRule, ...] = (
     ),
     RbacRule(group="", resources=("events",), verbs=("create",), why="an Event per decision"),
     RbacRule(
+        group="",
+        resources=("namespaces",),
+        verbs=("get", "list", "watch"),
+        why="managed namespaces: a namespace's labels say whether queueing is enforced in it",
+    ),
+    RbacRule(
         group="apiextensions.k8s.io",
         resources=("customresourcedefinitions",),
         verbs=("list", "watch"),
@@ -139,3 +148,29 @@ def hold_at_creation(resource: Resource, obj: Obj) -> Obj:
     if kind is None or not kind.is_queued(obj):
         return {}
     return kind.hold_at_creation(obj)
+
+
+def queue_by_default(resource: Resource, obj: Obj) -> Obj:
+    """What the webhook adds to a new object of ``resource`` without a queue label in a
+    managed namespace (kinds/managed.py): ``{}`` when it is not ours to queue.
+
+    Ours: an object of a known kind (a Job; a Pod no other kind claims, so never a
+    Job's pod) that asks for an accelerator.  It gets the queue label ``default`` and
+    the hold its kind gives every queued object.  The namespace is the caller's to
+    check: this says what to do *if* it is managed.
+    """
+    if queue_name(strings(obj, "metadata.labels")):
+        return {}  # labelled: hold_at_creation, by the kind's own webhook
+    spec = pod_spec(resource, obj)
+    if spec is None or not asks_for_accelerator(spec):
+        return {}
+    if resource == POD:
+        try:
+            if claim(member_pod(obj)) is not None:
+                return {}  # a member of a gang headed elsewhere (a Job's pod)
+        except InputError:
+            return {}  # the API server refuses it, or the cycle reports it
+    label: Obj = {"metadata": {"labels": {QUEUE_LABEL: DEFAULT_QUEUE}}}
+    # A pod that names its node cannot be gated: labelled all the same, it is a queued
+    # pod that the admission policies refuse, or the controller holds or charges.
+    return merge(label, hold_at_creation(resource, merge(obj, label)))
