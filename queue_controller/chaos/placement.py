@@ -85,10 +85,12 @@ def partial_placement(
     nodes: Mapping[str, Obj] | None = None,
     pods: Sequence[Obj] = (),
     method: MethodName | None = None,
+    placeholder_namespace: str | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Injection:
     """Plan stopping ``members`` members; ``nodes`` and ``pods`` (as listed now) size the
-    placeholders in the plan's steps, and ``method`` forces one way."""
+    placeholders in the plan's steps, ``method`` forces one way, and the placeholders go
+    in ``placeholder_namespace`` (default: the gang's)."""
     holding(gang)
     live = gang.live
     if not 1 <= members < len(live):
@@ -129,6 +131,7 @@ def partial_placement(
                 marks.gateway.delete(gw.POD, gang.namespace, member.name)
 
     else:
+        where = placeholder_namespace or gang.namespace
         names = {n: f"chaos-{run}-{i}"[:63] for i, n in enumerate(order)}
         leaving = {n: [f"{gang.namespace}/{m.name}" for m in bound if m.node == n] for n in order}
         steps = []
@@ -136,7 +139,7 @@ def partial_placement(
             known = (nodes or {}).get(node)
             size = f" ({free_gpus(known, pods, leaving=leaving[node])} now)" if known else ""
             steps.append(
-                f"create placeholder Pod {gang.namespace}/{names[node]} (outside any queue, "
+                f"create placeholder Pod {where}/{names[node]} (outside any queue, "
                 f"for Node {node} only), asking for every GPU free there once the members "
                 f"there are gone{size}"
             )
@@ -148,11 +151,11 @@ def partial_placement(
 
         def act(marks: Marks) -> None:
             for node in order:
-                _place(marks, gang.namespace, names[node], node, leaving[node])
+                _place(marks, where, names[node], node, leaving[node])
             for member in bound:
                 marks.gateway.delete(gw.POD, gang.namespace, member.name)
             for node in order:
-                _placed(marks.gateway, gang.namespace, names[node], node, clock)
+                _placed(marks.gateway, where, names[node], node, clock)
 
     return Injection(
         "partial-placement",

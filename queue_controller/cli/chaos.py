@@ -61,9 +61,16 @@ def chaos_group() -> None:
     show_default=True,
     help="How to stop them: auto picks from the pods' tolerations.",
 )
+@click.option(
+    "--placeholder-namespace",
+    metavar="NAMESPACE",
+    help="Where a placeholder pod goes [default: the Job's].",
+)
 @common_options
 @with_common
-def partial_placement(common: Common, *, job: str, members: int, method: str) -> None:
+def partial_placement(
+    common: Common, *, job: str, members: int, method: str, placeholder_namespace: str | None
+) -> None:
     """Stop some members of an admitted gang from ever starting.
 
     \b
@@ -80,10 +87,13 @@ def partial_placement(common: Common, *, job: str, members: int, method: str) ->
                    run ends, however it ends.
 
     \b
-    Then it confirms the fault took hold: a stopped member found unschedulable
-    by the scheduler, or none started for 10s while the others run.  If one
-    starts all the same, or the placeholder is refused or never placed, it
-    reports "could not inject: <why>" and exits 3: the controller is not judged.
+    Then it confirms the fault took hold before judging the controller: a
+    stopped member the scheduler finds unschedulable, or one released by the
+    controller that stays unstarted for 10s while the others run, or the gang
+    evicted with none of them started.  If one starts all the same, or the
+    placeholder is refused (a quota), held (a namespace whose pods are all
+    queued: give --placeholder-namespace) or never placed, it reports "could
+    not inject: <why>" and exits 3: the controller is not judged.
     Expects: evicted at the gang's timeout (PodsReadyTimeout or MembersLost),
     its quota back with no member left alive, requeued, and readmitted on
     other nodes.
@@ -98,7 +108,13 @@ def partial_placement(common: Common, *, job: str, members: int, method: str) ->
         }
         pods = [i.obj for i in items if i.obj.get("kind") == "Pod"]
         return chaos.partial_placement(
-            gang, members=members, run=run, nodes=nodes, pods=pods, method=forced
+            gang,
+            members=members,
+            run=run,
+            nodes=nodes,
+            pods=pods,
+            method=forced,
+            placeholder_namespace=placeholder_namespace,
         )
 
     run_experiment(common, job, plan, "partial-placement")

@@ -340,3 +340,21 @@ def test_a_refused_injection_ends_the_run_with_its_reason_and_undoes() -> None:
     assert "was refused: 403: exceeded quota" in done.not_injected
     assert [m.phase for m in done.timeline.marks] == []  # nothing was injected
     assert any(line.startswith("could not inject: ") for line in said)
+
+
+def test_the_placeholder_can_go_in_another_namespace() -> None:
+    seen = gang("Running", *RUNNING, template=[EVERYTHING], placement={"n1": 1, "n2": 1})
+    plan = chaos.partial_placement(seen, members=1, run="pp-1", placeholder_namespace="chaos")
+    assert plan.steps[0].startswith("create placeholder Pod chaos/chaos-pp-1-0 ")
+    gateway = PodGateway()
+    created: list[str] = []
+    make = gateway.create
+
+    def create(kind: gw.Resource, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        created.append(namespace)
+        return make(kind, namespace, body)
+
+    gateway.create = create  # type: ignore[method-assign]
+    plan.act(Marks(gateway, "pp-1"))
+    assert created == ["chaos"]
+    assert gateway.deleted == ["train-a"]  # the member, in its own namespace
