@@ -27,12 +27,13 @@ from typing import Any
 import kopf
 from kubernetes import client
 
+from queue_controller.controller.adopt import Adopter
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState, key_of
 from queue_controller.kube import kinds
 from queue_controller.kube.fields import strings
 from queue_controller.kube.kinds.selectors import LabelSelector
-from queue_controller.kube.resources import Resource
+from queue_controller.kube.resources import JOB, Resource
 from queue_controller.tls import ServingCertificate
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ def build_registry(
     certificate: ServingCertificate | None,
     relisted: Callable[[], None] | None = None,
     namespaces: ManagedNamespaces | None = None,
+    adopter: Adopter | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -150,7 +152,7 @@ def build_registry(
                 settings.admission.managed = WEBHOOK_CONFIGURATION
 
     for resource in kinds.WATCHED:
-        _feed(registry, state, resource, relisted)
+        _feed(registry, state, resource, relisted, adopter if resource == JOB else None)
 
     if certificate is not None:
         for kind in kinds.KINDS:
@@ -248,9 +250,12 @@ def _feed(
     state: ClusterState,
     kind: Resource,
     relisted: Callable[[], None] | None,
+    adopter: Adopter | None = None,
 ) -> None:
     def on_event(event: kopf.RawEvent, **_: Any) -> None:
         feed(state, kind, event["type"], event["object"])
+        if adopter is not None and event["type"] != "DELETED":
+            adopter.offer(event["object"])  # one that got past the webhook (adopt.py)
         if event["type"] is None and relisted is not None:
             # kopf listed the kind again (start-up, or a watch that broke or met 410
             # Gone): it says what is there, never what went, so we list and prune.

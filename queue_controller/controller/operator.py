@@ -21,6 +21,7 @@ from pathlib import Path
 import kopf
 from kubernetes import client
 
+from queue_controller.controller.adopt import Adopter
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.binding import InFlight
 from queue_controller.controller.dcgmsource import DcgmSource
@@ -186,12 +187,19 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="queue-controller-") as scratch:
         resync = Resync(gateway, state, kinds.WATCHED)
+        namespaces = _managed_namespaces(settings, gateway)
+        adopter = (
+            None
+            if namespaces is None
+            else Adopter(gateway=gateway, leadership=leadership, managed=namespaces.managed)
+        )
         registry = build_registry(
             state,
             settings,
             certificate=_certificate(settings, Path(scratch)),
             relisted=resync.request,
-            namespaces=_managed_namespaces(settings, gateway),
+            namespaces=namespaces,
+            adopter=adopter,
         )
         operator = asyncio.create_task(
             kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
@@ -202,6 +210,8 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         tasks = [operator, loop_task, release_task, resync_task, asyncio.create_task(stop.wait())]
         if dcgm is not None:
             tasks.append(asyncio.create_task(dcgm.run(stop, state=state, leadership=leadership)))
+        if adopter is not None:
+            tasks.append(asyncio.create_task(adopter.run(stop)))
         try:
             done, _ = await asyncio.wait(
                 tasks,

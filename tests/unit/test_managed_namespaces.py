@@ -279,3 +279,56 @@ def test_a_namespace_that_cannot_be_read_is_what_the_webhooks_registration_says(
 ) -> None:
     managed = ManagedNamespaces(parse_selector("team=a"), lambda _: None, unknown=unknown)
     assert managed.managed("unreadable") is unknown
+
+
+# -- the local webhook, as kopf registers it ---------------------------------------------
+
+
+def local_webhooks(selector: str) -> list[Obj]:
+    from pathlib import Path
+
+    from kopf._cogs.structs import references
+    from kopf._core.engines.admission import build_webhooks
+
+    from queue_controller.controller.handlers import build_registry
+    from queue_controller.controller.state import ClusterState
+    from queue_controller.tls import ServingCertificate
+
+    config = load(leader_election=False, managed_namespace_selector=selector)
+    chosen = config.managed_namespaces
+    registry = build_registry(
+        ClusterState(),
+        config,
+        certificate=ServingCertificate(Path("crt"), Path("key"), Path("ca")),
+        namespaces=None
+        if chosen is None
+        else ManagedNamespaces(chosen, lambda _: None, unknown=False),
+    )
+    resources = [
+        references.Resource(group=r.group, version=r.version, plural=r.plural, namespaced=True)
+        for r in (JOB, POD)
+    ]
+    return build_webhooks(
+        registry._webhooks.get_all_handlers(),
+        resources=resources,
+        name_suffix="queue-controller.io",
+        client_config={"url": "https://127.0.0.1:9443"},
+    )
+
+
+def test_the_local_webhook_takes_unlabelled_jobs_and_pods_when_managed_namespaces_are_on() -> None:
+    unlabelled = {
+        "matchExpressions": [
+            {"key": LABEL, "operator": "DoesNotExist"},
+            {"key": "kueue.x-k8s.io/queue-name", "operator": "DoesNotExist"},
+        ]
+    }
+    on = {w["clientConfig"]["url"]: w for w in local_webhooks("team=a")}
+    for resource in ("jobs", "pods"):
+        hook = on[f"https://127.0.0.1:9443/default-{resource}"]
+        assert hook["objectSelector"] == unlabelled
+        assert [r["resources"] for r in hook["rules"]] == [[resource]]
+        # Outside the cluster a stopped controller must not block every unlabelled pod.
+        assert hook["failurePolicy"] == "Ignore"
+    off = [w["clientConfig"]["url"] for w in local_webhooks("")]
+    assert not [url for url in off if "/default-" in url]
