@@ -148,9 +148,12 @@ class PlainPods:
         gates = list(objects(obj, "spec.schedulingGates"))
         if not any(g.get("name") == ADMISSION_GATE for g in gates):
             patch["spec"] = {"schedulingGates": [*gates, {"name": ADMISSION_GATE}]}
-        annotations = strings(obj, "metadata.annotations")
-        if POD_SET_ANNOTATION not in annotations:
-            role = _role(pod_template(get(obj, "spec", dict, {})))
+        # Written over whatever the pod came with: a pod set is charged its first member's
+        # requests, so a role chosen by the user could pass big members off as a small one.
+        # (The chart's placement-annotations policy keeps it fixed after creation; at
+        # creation only this webhook knows the shape's digest.)
+        role = _role(pod_template(get(obj, "spec", dict, {})))
+        if strings(obj, "metadata.annotations").get(POD_SET_ANNOTATION) != role:
             patch["metadata"] = {"annotations": {POD_SET_ANNOTATION: role}}
         return patch
 
