@@ -711,3 +711,104 @@ def test_everything_on_at_once() -> None:
         + ["Certificate", "Issuer", "ServiceMonitor"]
     )
     assert "secretKeyRef" in env(docs)["QC_JOURNAL_URL"]["valueFrom"]
+
+
+# -- managed namespaces (managedJobsNamespaceSelector) ----------------------------------
+
+MANAGED = (
+    r"managedJobsNamespaceSelector.matchLabels.queue-controller\.io/managed=true",
+    "managedJobsNamespaceSelector.matchExpressions[0].key=kubernetes.io/metadata.name",
+    "managedJobsNamespaceSelector.matchExpressions[0].operator=NotIn",
+    "managedJobsNamespaceSelector.matchExpressions[0].values={kube-system,queue-controller-system}",
+    "managedJobsNamespaceSelector.matchExpressions[1].key=legacy",
+    "managedJobsNamespaceSelector.matchExpressions[1].operator=DoesNotExist",
+)
+MANAGED_SELECTOR = {
+    "matchLabels": {"queue-controller.io/managed": "true"},
+    "matchExpressions": [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "queue-controller-system"],
+        },
+        {"key": "legacy", "operator": "DoesNotExist"},
+    ],
+}
+
+
+def default_webhooks(docs: list[Doc]) -> list[Doc]:
+    config = one(docs, "MutatingWebhookConfiguration")
+    return [w for w in config["webhooks"] if w["name"].startswith("default-")]
+
+
+def test_managed_namespaces_are_off_by_default() -> None:
+    docs = render()
+    assert "QC_MANAGED_NAMESPACE_SELECTOR" not in env(docs)
+    assert default_webhooks(docs) == []
+
+
+def test_the_managed_selector_renders_into_the_setting_as_the_controller_reads_it() -> None:
+    value = env(render(*MANAGED))["QC_MANAGED_NAMESPACE_SELECTOR"]["value"]
+    assert value == (
+        "queue-controller.io/managed=true,"
+        "kubernetes.io/metadata.name notin (kube-system,queue-controller-system),!legacy"
+    )
+    selector = Settings(managed_namespace_selector=value).managed_namespaces
+    assert selector is not None
+    base = {"kubernetes.io/metadata.name": "team-a", "queue-controller.io/managed": "true"}
+    assert selector.matches(base)
+    assert not selector.matches({**base, "kubernetes.io/metadata.name": "kube-system"})
+    assert not selector.matches({**base, "legacy": "yes"})
+    assert not selector.matches({"kubernetes.io/metadata.name": "team-a"})
+
+
+def test_the_managed_selector_renders_into_the_webhooks_for_unlabelled_objects() -> None:
+    formula = 'id=f"default-{resource.plural}"'
+    assert formula in (CONTROLLER / "controller" / "handlers.py").read_text(), (
+        "handlers.py names its managed-namespace webhooks differently now: update "
+        "templates/webhook.yaml and this test"
+    )
+    docs = render(*MANAGED)
+    hooks = default_webhooks(docs)
+    assert [w["clientConfig"]["service"]["path"] for w in hooks] == [
+        f"/default-{kind.webhook.resource.plural}" for kind in workload_kinds.KINDS
+    ]
+    for hook, kind in zip(hooks, workload_kinds.KINDS, strict=True):
+        resource = kind.webhook.resource
+        assert hook["namespaceSelector"] == MANAGED_SELECTOR
+        assert hook["objectSelector"] == {
+            "matchExpressions": [
+                {"key": QUEUE_LABEL, "operator": "DoesNotExist"},
+                {"key": KUEUE_QUEUE_LABEL, "operator": "DoesNotExist"},
+            ]
+        }
+        assert hook["rules"] == [
+            {
+                "apiGroups": [resource.group],
+                "apiVersions": [resource.version],
+                "resources": [resource.plural],
+                "operations": ["CREATE"],
+                "scope": "Namespaced",
+            }
+        ]
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["clientConfig"]["service"]["name"] == "queue-controller-webhook"
+    # The webhooks for labelled objects are unchanged.
+    config = one(docs, "MutatingWebhookConfiguration")
+    assert len(config["webhooks"]) == len(handler_ids()) + len(hooks)
+
+
+def test_every_namespace_is_an_exists_selector_and_a_bad_operator_is_refused() -> None:
+    everywhere = (
+        "managedJobsNamespaceSelector.matchExpressions[0].key=kubernetes.io/metadata.name",
+        "managedJobsNamespaceSelector.matchExpressions[0].operator=Exists",
+    )
+    docs = render(*everywhere)
+    assert env(docs)["QC_MANAGED_NAMESPACE_SELECTOR"]["value"] == "kubernetes.io/metadata.name"
+    assert len(default_webhooks(docs)) == len(workload_kinds.KINDS)
+    error = render_error(
+        "managedJobsNamespaceSelector.matchExpressions[0].key=team",
+        "managedJobsNamespaceSelector.matchExpressions[0].operator=Gt",
+    )
+    assert "managedJobsNamespaceSelector.matchExpressions" in error
+    assert '"Gt"' in error

@@ -80,3 +80,30 @@ tickSeconds batchSeconds podsReadyTimeoutSeconds creationBacklogPods statusWrite
 {{- $ns := .Release.Namespace }}
 {{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
 {{- end }}
+
+{{/* managedJobsNamespaceSelector (a LabelSelector) as the selector string of
+     QC_MANAGED_NAMESPACE_SELECTOR (queue_controller/kube/kinds/selectors.py reads it):
+     matchLabels as key=value, then In, NotIn, Exists, DoesNotExist as the API writes them.
+     Empty when the selector is empty: managed namespaces off. */}}
+{{- define "queue-controller.managedNamespaceSelector" -}}
+{{- $selector := .Values.managedJobsNamespaceSelector | default dict }}
+{{- $parts := list }}
+{{- range $key, $value := $selector.matchLabels }}
+{{- $parts = append $parts (printf "%s=%s" $key (toString $value)) }}
+{{- end }}
+{{- range $expression := $selector.matchExpressions }}
+{{- $op := $expression.operator }}
+{{- if eq $op "In" }}
+{{- $parts = append $parts (printf "%s in (%s)" $expression.key (join "," $expression.values)) }}
+{{- else if eq $op "NotIn" }}
+{{- $parts = append $parts (printf "%s notin (%s)" $expression.key (join "," $expression.values)) }}
+{{- else if eq $op "Exists" }}
+{{- $parts = append $parts $expression.key }}
+{{- else if eq $op "DoesNotExist" }}
+{{- $parts = append $parts (printf "!%s" $expression.key) }}
+{{- else }}
+{{- fail (printf "managedJobsNamespaceSelector.matchExpressions: operator %q is none of In, NotIn, Exists, DoesNotExist" (toString $op)) }}
+{{- end }}
+{{- end }}
+{{- join "," $parts }}
+{{- end }}
