@@ -332,3 +332,28 @@ def test_the_local_webhook_takes_unlabelled_jobs_and_pods_when_managed_namespace
         assert hook["failurePolicy"] == "Ignore"
     off = [w["clientConfig"]["url"] for w in local_webhooks("")]
     assert not [url for url in off if "/default-" in url]
+
+
+def test_run_refuses_a_bad_selector_with_one_line_naming_the_flag() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).parent / "queue-controller"
+    for args, env in (
+        (["--managed-namespace-selector", "team in (a"], {}),
+        ([], {"QC_MANAGED_NAMESPACE_SELECTOR": "team in (a"}),
+    ):
+        result = subprocess.run(
+            [str(exe), "run", *args],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **env},
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [
+            "error: settings: managed_namespace_selector (QC_MANAGED_NAMESPACE_SELECTOR): "
+            "'team in (a' is no label selector: '(' without ')'"
+        ]
