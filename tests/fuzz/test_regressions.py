@@ -1,0 +1,96 @@
+"""Every class of failure the fuzzer found, kept as a small dump (tests/fuzz/regressions).
+
+Each dump holds a healthy gang (``expect-admit``) and one bad object; its header
+names the object and the field the error must name.  Both paths run over it, each
+within the fuzzer's bound: the controller's cycle reports the object (to ``skip``, or
+as an Invalid decision of its gang) and admits the healthy gang; ``plan`` exits 0,
+admits the healthy gang and names the object and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz.harness import REGRESSIONS, Outcome, plan_file_isolated
+
+# Regressions that fail until another engineer's fix for issue 22 lands.  The lead
+# removes each name here once that fix is integrated (strict: an unexpected pass
+# fails, so a stale entry is noticed).
+_H1 = "h1: bounded parsing (kube/fields.py, kube/kinds, core/quantity.py, core/dracel.py)"
+_H2 = "h2: a per-object boundary (kube/snapshot.py, controller/loop.py)"
+_H5 = "h5: plan decides the healthy gangs and names the bad object (cli/plan.py, dump.py)"
+PENDING_FIXES: dict[str, str] = {
+    "annotations-a-huge-integer": _H1 + "; " + _H5,
+    "cel-expression-a-huge-integer": _H1 + "; " + _H5,
+    "cel-nested-deeply": _H1 + "; " + _H2,
+    "cel-not-a-bool": _H1 + "; " + _H2 + "; " + _H5,
+    "cel-past-size-limit": _H1,
+    "cel-string-not-a-bool": _H1 + "; " + _H2 + "; " + _H5,
+    "creation-timestamp-deep-nesting": _H1 + "; " + _H5,
+    "deviceclass-cel-not-a-bool": _H1 + "; " + _H2 + "; " + _H5,
+    "integer-past-str-limit": _H1 + "; " + _H5,
+    "limits-deep-nesting": _H1 + "; " + _H5,
+    "min-member-arabic-digit": _H1 + "; " + _H5,
+    "min-member-superscript": _H1 + "; " + _H5,
+    "min-member-thousands-of-digits": _H1 + "; " + _H5,
+    "node-allocatable-deep-nesting": _H1 + "; " + _H5,
+    "node-allocatable-huge-exponent": _H1 + "; " + _H5,
+    "pod-group-total-count-superscript": _H1 + "; " + _H5,
+    "pod-group-total-count-thousands-of-digits": _H1 + "; " + _H5,
+    "pods-ready-timeout-superscript": _H1 + "; " + _H5,
+    "pods-ready-timeout-thousands-of-digits": _H1 + "; " + _H5,
+    "quantity-huge-exponent": _H1 + "; " + _H5,
+    "quantity-thousands-of-digits": _H1 + "; " + _H5,
+    "quantity-tiny-exponent": _H1 + "; " + _H5,
+    "teamquota-nominal-huge-exponent": _H1 + "; " + _H5,
+}
+
+DUMPS = sorted(REGRESSIONS.glob("*.yaml"))
+
+
+def _header(path: Path) -> dict[str, str]:
+    found = re.findall(r"^# expect-([a-z]+): (.*)$", path.read_text()[:2000], re.MULTILINE)
+    return dict(found)
+
+
+def _params() -> list[object]:
+    out: list[object] = []
+    for path in DUMPS:
+        marks = []
+        if path.stem in PENDING_FIXES:
+            marks.append(pytest.mark.xfail(strict=True, reason=PENDING_FIXES[path.stem]))
+        out.append(pytest.param(path, id=path.stem, marks=marks))
+    return out
+
+
+def test_every_regression_dump_says_what_it_expects() -> None:
+    assert DUMPS, "no regression dumps"
+    for path in DUMPS:
+        assert {"object", "field", "admit"} <= set(_header(path)), path.name
+    assert set(PENDING_FIXES) <= {p.stem for p in DUMPS}, "a pending fix names no dump"
+
+
+def _names(text: str, expect: dict[str, str]) -> bool:
+    return expect["object"] in text and expect["field"] in text
+
+
+@pytest.mark.parametrize("path", _params())
+def test_regression_dump_is_refused_per_object(path: Path) -> None:
+    expect = _header(path)
+    outcome: Outcome = plan_file_isolated(path)
+    problems = outcome.problems()
+    assert not problems, "\n".join(problems)
+    assert outcome.controller is not None
+    assert outcome.plan is not None
+    # The controller: the bad object left out or its gang Invalid, named with its field.
+    reported = "\n".join(outcome.controller.skipped + outcome.controller.invalid)
+    assert _names(reported, expect), f"the cycle did not name {expect}:\n{reported}"
+    assert expect["admit"] in outcome.controller.admitted, outcome.controller.admitted
+    # plan: decides the healthy gangs, names the bad object and field, exits 0.
+    said = outcome.plan.output + outcome.plan.typed_error
+    assert outcome.plan.exit_code == 0, said[-2000:]
+    assert _names(said, expect), f"plan did not name {expect}:\n{said[-2000:]}"
+    assert re.search(rf"{re.escape(expect['admit'])}\b.*Admit", said), said[-2000:]
