@@ -3,11 +3,21 @@
 That is what ``kubectl get nodes,pods,jobs,... -A -o yaml`` prints.  Every
 object keeps where it came from ("dump.yaml document 4, List item 17") so an
 error can point at it.
+
+Two kinds of problem, kept apart:
+
+* the dump as a whole cannot be read (not YAML, a key twice in one mapping, a
+  document that is no object, an object without a kind): :class:`DumpError`, one
+  line, nothing decided;
+* one object cannot be read (a bad field, no name, the same object twice): it is
+  left out and named (:class:`LeftOut`), and everything else is read as if it were
+  not there, as the controller does with the objects of a live cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,11 +26,46 @@ import yaml
 
 from queue_controller.core.model import Snapshot
 from queue_controller.errors import DumpError, InputError
-from queue_controller.kube.fields import describe
-from queue_controller.kube.snapshot import Located, build_snapshot, is_supported
+from queue_controller.kube.fields import describe, get
+from queue_controller.kube.snapshot import Located, Translation, is_supported, translate
 
-# libyaml's loader is ~10x faster on big dumps; fall back where it is missing.
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's parser is ~10x faster on big dumps; fall back where it is missing.
+_Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class StrictLoader(_Base):  # type: ignore[misc, valid-type]
+    """The safe loader, refusing a key given twice in one mapping, at any depth.
+
+    YAML 1.1 loaders keep the last of two equal keys without a word, so a dump edited
+    by hand (two ``nvidia.com/gpu:`` lines under one ``allocatable``) would be read as
+    something its author did not see.  Keys brought in by a merge (``<<: *base``) may
+    be overridden, as YAML means them to be; only keys written twice are refused.
+    Only the constructor is ours: libyaml still parses.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Hashable, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE:
+                    continue
+                key = self.construct_object(key_node, deep=False)
+                if not isinstance(key, Hashable):
+                    continue  # the base constructor says why, with its own mark
+                earlier = first.setdefault(key, key_node)
+                if earlier is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"duplicate key {key!r} (first at line {earlier.start_mark.line + 1})",
+                        key_node.start_mark,
+                    )
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+_Loader = StrictLoader
 
 BUNDLED_EXAMPLE = "demo-cluster.yaml"
 
@@ -97,6 +142,65 @@ def _flatten(where: str, document: Any) -> Iterator[Located]:
     yield Located(f"{where} ({describe(document)})", document)
 
 
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """An object left out of a dump, and why: its place, the field, what is wrong."""
+
+    object: str
+    field: str
+    detail: str
+
+    @classmethod
+    def of(cls, error: InputError) -> LeftOut:
+        return cls(error.where, error.field, error.detail)
+
+    def __str__(self) -> str:
+        return ": ".join(p for p in (self.object, self.field, self.detail) if p)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"object": self.object, "field": self.field, "detail": self.detail}
+
+
+def distinct(items: Iterable[Located]) -> tuple[list[Located], list[LeftOut]]:
+    """The objects that each have a name and appear once; the rest, named.
+
+    A dump is read by hand or from two ``kubectl get`` runs concatenated: the same
+    object twice is a mistake in one object, not in the dump, so the first is kept
+    (``kubectl`` and the API server know one object by kind, namespace and name) and
+    the second is left out, naming the first.
+    """
+    seen: dict[tuple[str, str, str], str] = {}
+    kept: list[Located] = []
+    left: list[LeftOut] = []
+    for item in items:
+        try:
+            name = get(item.obj, "metadata.name", str, "")
+            namespace = get(item.obj, "metadata.namespace", str, "")
+        except InputError as error:
+            left.append(LeftOut.of(error.located(where=item.where)))
+            continue
+        if not name:
+            left.append(LeftOut(item.where, "metadata.name", "every object needs a name"))
+            continue
+        key = (str(item.obj.get("kind")), namespace, name)
+        if key in seen:
+            left.append(LeftOut(item.where, "", f"the same {key[0]} also appears at {seen[key]}"))
+            continue
+        seen[key] = item.where
+        kept.append(item)
+    return kept, left
+
+
+def translate_all(items: Iterable[Located], *, now: float) -> tuple[Translation, list[LeftOut]]:
+    """Every object translated; each one that cannot be read is left out and named."""
+    kept, left = distinct(items)
+
+    def skip(error: InputError) -> None:
+        left.append(LeftOut.of(error))
+
+    return translate(kept, now=now, skip=skip), left
+
+
 def read_objects(source: str, text: str) -> list[Located]:
     located: list[Located] = []
     for index, document in _documents(source, text):
@@ -106,10 +210,17 @@ def read_objects(source: str, text: str) -> list[Located]:
     return located
 
 
-def load_snapshot(
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    snapshot: Snapshot
+    skipped: int  # objects of kinds that plan does not read (--ignore-unknown)
+    left_out: tuple[LeftOut, ...]  # objects that could not be read
+
+
+def load_dump(
     sources: list[tuple[str, str]], *, now: float, ignore_unknown: bool = False
-) -> tuple[Snapshot, int]:
-    """Parse every source into one snapshot; returns it and how many objects were skipped."""
+) -> Loaded:
+    """Parse every source into one snapshot, leaving out (and naming) what cannot be read."""
     located: list[Located] = []
     for source, text in sources:
         located.extend(read_objects(source, text))
@@ -125,10 +236,18 @@ def load_snapshot(
                 "ResourceClaimTemplates (pass --ignore-unknown to skip the rest)",
                 where=item.where,
             )
-    try:
-        snapshot = build_snapshot(kept, now=now)
-    except DumpError:
-        raise
-    except InputError as error:
-        raise DumpError(error.detail, where=error.where, field=error.field) from None
-    return snapshot, len(located) - len(kept)
+    translation, left = translate_all(kept, now=now)
+    return Loaded(translation.snapshot, len(located) - len(kept), tuple(left))
+
+
+def load_snapshot(
+    sources: list[tuple[str, str]], *, now: float, ignore_unknown: bool = False
+) -> tuple[Snapshot, int]:
+    """Every source into one snapshot, refusing the first object that cannot be read
+    (for the examples and other files that must be whole); returns it and how many
+    objects of other kinds were skipped."""
+    loaded = load_dump(sources, now=now, ignore_unknown=ignore_unknown)
+    if loaded.left_out:
+        first = loaded.left_out[0]
+        raise DumpError(first.detail, where=first.object, field=first.field)
+    return loaded.snapshot, loaded.skipped

@@ -12,7 +12,7 @@ from queue_controller.cli.options import output_option
 from queue_controller.cli.render import decisions_table
 from queue_controller.core import schedule
 from queue_controller.core.pacing import DEFAULT_CREATION_BACKLOG
-from queue_controller.dump import bundled_example, decode, load_snapshot, read_file
+from queue_controller.dump import LeftOut, bundled_example, decode, load_dump, read_file
 from queue_controller.errors import InputError
 
 
@@ -83,14 +83,39 @@ def plan(
     prints one decision per pending gang, in the order they are considered:
     Admit (with the node for every member), Pending (with a stable reason
     and what is short), or Invalid.
+
+    \b
+    An object that cannot be read (a bad field, no name, the same object
+    twice) is left out and named on stderr ("left out: OBJECT: FIELD: WHY")
+    and in the JSON's `left_out`; the rest is decided as if it were not there,
+    as the controller does.  A workload with a bad field is decided Invalid.
+    Exit codes: 0 decided (even with objects left out); 2 the dump as a whole
+    cannot be read (not YAML, a key twice in one mapping, a document that is
+    not an object, an unknown kind without --ignore-unknown) or a bad option.
     """
     sources = [
         ("<stdin>", _read_stdin()) if path == "-" else (path, read_file(path)) for path in files
     ] or [bundled_example()]
-    snapshot, skipped = load_snapshot(sources, now=_parse_now(now), ignore_unknown=ignore_unknown)
-    result = schedule(snapshot, creation_backlog=creation_backlog or None)
+    loaded = load_dump(sources, now=_parse_now(now), ignore_unknown=ignore_unknown)
+    _say_left_out(loaded.left_out)
+    result = schedule(loaded.snapshot, creation_backlog=creation_backlog or None)
     if output == "json":
-        payload = {"decisions": [d.as_dict() for d in result.decisions]}
+        payload = {
+            "decisions": [d.as_dict() for d in result.decisions],
+            "left_out": [item.as_dict() for item in loaded.left_out],
+        }
         click.echo(json.dumps(payload, indent=2))
         return
-    decisions_table(result.decisions, snapshot=snapshot, skipped=skipped)
+    decisions_table(
+        result.decisions,
+        snapshot=loaded.snapshot,
+        skipped=loaded.skipped,
+        left_out=len(loaded.left_out),
+    )
+
+
+def _say_left_out(left_out: tuple[LeftOut, ...]) -> None:
+    # On stderr in both forms: never mixed into JSON, and never lost when only the
+    # table is read.  One line each, whatever the object's text held.
+    for item in left_out:
+        click.echo(f"left out: {' '.join(str(item).split())}", err=True)

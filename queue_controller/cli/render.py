@@ -35,6 +35,7 @@ def decisions_table(
     *,
     snapshot: Snapshot,
     skipped: int,
+    left_out: int = 0,
     console: Console | None = None,
 ) -> None:
     # Only a console of our own is widened; a caller's is used as it is.
@@ -76,6 +77,11 @@ def decisions_table(
         + (f"{counts[Verdict.PREEMPT]} preempt, " if counts[Verdict.PREEMPT] else "")
         + f"{counts[Verdict.PENDING]} pending, {counts[Verdict.INVALID]} invalid"
     )
+    notes = []
     if skipped:
-        summary += f" ({skipped} objects of other kinds skipped)"
+        notes.append(f"{skipped} objects of other kinds skipped")
+    if left_out:
+        notes.append(f"{left_out} objects left out, named above")
+    if notes:
+        summary += f" ({'; '.join(notes)})"
     console.print(summary)

@@ -1,8 +1,11 @@
-"""Bad input to ``queue-controller plan``: exit code 2 and one line on stderr, never a traceback.
+"""Bad input to ``queue-controller plan``, never a traceback.
 
-The line names the file and document (and the object and field where there
-is one), and nothing is printed on stdout.  Most cases run the real ``main()``
-in-process; a few run the installed console script as a subprocess.
+A dump that cannot be read as a whole (a missing file, bad YAML, a document
+that is not an object) exits 2 with one line on stderr naming the file and
+document, and nothing on stdout.  One object that cannot be read is left out:
+exit 0, one ``left out:`` line on stderr naming the object and the field, the
+same in the JSON's ``left_out``, and every other gang decided.  Most cases run
+the real ``main()`` in-process; a few run the installed console script.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from textwrap import dedent
+from typing import Any
 
 import pytest
 
-from tests.plan.harness import Run, by_workload, dump, outcome, run_main, run_script
+from tests.plan.harness import Run, by_workload, dump, outcome, plan_json, run_main, run_script
 
 Plan = Callable[..., Run]
 
@@ -62,6 +66,25 @@ def assert_input_error(run: Run, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in run.stderr, (fragment, run.stderr)
     return run.stderr
+
+
+def assert_left_out(run: Run, *expected: tuple[str, str, str]) -> dict[str, Any]:
+    """Exit 0; each (object, field, detail fragment) left out, on stderr and in the JSON."""
+    assert run.code == 0, (run.code, run.stdout, run.stderr)
+    assert "Traceback" not in run.stderr
+    lines = run.stderr.splitlines()
+    assert len(lines) == len(expected), run.stderr
+    payload: dict[str, Any] = json.loads(run.stdout)
+    left = payload["left_out"]
+    assert len(left) == len(expected), left
+    for line, item, (obj, field, fragment) in zip(lines, left, expected, strict=True):
+        assert item["object"] == obj, item
+        assert item["field"] == field, item
+        assert fragment in item["detail"], item
+        named = ": ".join(p for p in (obj, field) if p)
+        assert line.startswith(f"left out: {named}: "), line
+        assert fragment in line, line
+    return payload
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -182,11 +205,11 @@ def test_unknown_kind_inside_a_list_names_the_item(plan: Plan) -> None:
     )
 
 
-def test_object_without_a_name(plan: Plan, tmp_path: Path) -> None:
+def test_object_without_a_name_is_left_out(plan: Plan, tmp_path: Path) -> None:
     path = write(tmp_path, "noname.yaml", NODE.replace("  name: gpu-0\n", "  labels: {}\n"))
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 1 (Node/<unnamed>): metadata.name: every object needs a name",
+    assert_left_out(
+        plan("-o", "json", "-f", path),
+        (f"{path} document 1 (Node/<unnamed>)", "metadata.name", "every object needs a name"),
     )
 
 
@@ -195,56 +218,108 @@ def test_two_objects_without_a_name_are_reported_as_unnamed_not_as_duplicates(
 ) -> None:
     unnamed = NODE.replace("  name: gpu-0\n", "  labels: {}\n")
     path = write(tmp_path, "unnamed.yaml", unnamed + "---\n" + unnamed)
-    message = assert_input_error(plan("-f", path), "document 1", "every object needs a name")
-    assert "also appears" not in message
+    assert_left_out(
+        plan("-o", "json", "-f", path),
+        (f"{path} document 1 (Node/<unnamed>)", "metadata.name", "every object needs a name"),
+        (f"{path} document 2 (Node/<unnamed>)", "metadata.name", "every object needs a name"),
+    )
 
 
 def test_name_that_is_not_a_string_names_the_document(plan: Plan, tmp_path: Path) -> None:
     path = write(tmp_path, "intname.yaml", NODE.replace("name: gpu-0", "name: 42"))
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 1 (Node/42): metadata.name: expected a string, got int 42",
+    assert_left_out(
+        plan("-o", "json", "-f", path),
+        (f"{path} document 1 (Node/42)", "metadata.name", "expected a string, got int 42"),
     )
 
 
-def test_duplicated_object(plan: Plan, tmp_path: Path) -> None:
-    path = write(tmp_path, "twice.yaml", NODE + "---\n" + NODE)
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 2 (Node/gpu-0): the same Node also appears at "
-        f"{path} document 1 (Node/gpu-0)",
+def test_duplicated_object_keeps_the_first_and_names_the_second(plan: Plan, tmp_path: Path) -> None:
+    small = Path(dump("forms/small-cluster.yaml")).read_text()
+    # A second gpu-1 with 16 GPUs: read, it would fit lab/full-8 beside the 6-GPU pod.
+    again = NODE.replace("gpu-0", "gpu-1").replace('gpu: "8"', 'gpu: "16"')
+    path = write(tmp_path, "twice.yaml", small + "---\n" + again)
+    run = plan("-o", "json", "-f", path)
+    payload = assert_left_out(
+        run,
+        (
+            f"{path} document 9 (Node/gpu-1)",
+            "",
+            f"the same Node also appears at {path} document 2 (Node/gpu-1)",
+        ),
     )
+    assert payload["decisions"] == plan_json("forms/small-cluster.yaml")
+
+
+def test_healthy_gangs_are_decided_as_if_the_bad_objects_were_not_there(
+    plan: Plan, tmp_path: Path
+) -> None:
+    small = Path(dump("forms/small-cluster.yaml")).read_text()
+    bad_node = NODE.replace("gpu-0", "gpu-3").replace('gpu: "8"', 'gpu: "8x"')
+    bad_quota = team_quota("    nvidia.com/gpu:\n      nominal: -1\n")
+    path = write(tmp_path, "mixed.yaml", small + "---\n" + bad_node + "---\n" + bad_quota)
+    payload = assert_left_out(
+        plan("-o", "json", "-f", path),
+        (f"{path} document 9 (Node/gpu-3)", "status.allocatable.nvidia.com/gpu", ""),
+        (f"{path} document 10 (TeamQuota/research)", "spec.resources.nvidia.com/gpu.nominal", ""),
+    )
+    assert payload["decisions"] == plan_json("forms/small-cluster.yaml")
 
 
 def test_same_object_in_two_files(plan: Plan, tmp_path: Path) -> None:
     first = write(tmp_path, "a.yaml", NODE)
     second = write(tmp_path, "b.yaml", NODE)
-    assert_input_error(
-        plan("-f", first, "-f", second), f"{second} document 1 (Node/gpu-0): the same Node"
+    assert_left_out(
+        plan("-o", "json", "-f", first, "-f", second),
+        (f"{second} document 1 (Node/gpu-0)", "", f"the same Node also appears at {first}"),
     )
 
 
-# -- fields of core objects ---------------------------------------------------------------------
+# -- fields of core objects: the object is left out, the rest decided ----------------------------
 
 
 def test_node_with_unparseable_allocatable_quantity(plan: Plan, tmp_path: Path) -> None:
     path = write(tmp_path, "node.yaml", NODE.replace('cpu: "96"', "cpu: 96 cores"))
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 1 (Node/gpu-0): status.allocatable.cpu: '96 cores' is not a quantity",
+    assert_left_out(
+        plan("-o", "json", "-f", path),
+        (f"{path} document 1 (Node/gpu-0)", "status.allocatable.cpu", "'96 cores' is not a"),
     )
 
 
-def test_node_inside_a_node_list_names_the_item(plan: Plan, tmp_path: Path) -> None:
+def test_node_inside_a_node_list_names_the_item_and_the_rest_is_decided(
+    plan: Plan, tmp_path: Path
+) -> None:
     text = Path(dump("node-filters.yaml")).read_text()
     head, cordoned, tail = text.partition("name: gpu-cordoned")
     bad = head + cordoned + tail.replace('nvidia.com/gpu: "8"', 'nvidia.com/gpu: "8x"', 1)
     path = write(tmp_path, "nodes.yaml", bad)
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 1 items[1] (Node/gpu-cordoned): status.allocatable.nvidia.com/gpu",
-        "'8x' is not a quantity",
+    run = plan("-o", "json", "-f", path)
+    assert_left_out(
+        run,
+        (
+            f"{path} document 1 items[1] (Node/gpu-cordoned)",
+            "status.allocatable.nvidia.com/gpu",
+            "'8x' is not a quantity",
+        ),
     )
+
+    # A cordoned node took nothing anyway: every gang is decided as over the whole dump
+    # (only the count of nodes named in why a gang waits differs).
+    def verdicts(decisions: list[dict[str, Any]]) -> list[tuple[str, str, str, object]]:
+        return [(d["workload"], d["decision"], d["reason"], d.get("placement")) for d in decisions]
+
+    whole = plan_json("node-filters.yaml")
+    assert verdicts(json.loads(run.stdout)["decisions"]) == verdicts(whole)
+
+
+def test_table_output_names_what_was_left_out(plan: Plan, tmp_path: Path) -> None:
+    path = write(tmp_path, "node.yaml", NODE.replace('cpu: "96"', "cpu: 96 cores"))
+    run = plan("-f", path)
+    assert run.code == 0, run.stderr
+    assert run.stderr == (
+        f"left out: {path} document 1 (Node/gpu-0): status.allocatable.cpu: "
+        "'96 cores' is not a quantity (examples: 2, 500m, 16Gi, 1e3)\n"
+    )
+    assert "1 objects left out, named above" in " ".join(run.stdout.split())
 
 
 POD = """\
@@ -269,10 +344,13 @@ status:
 
 def test_pod_with_a_bad_quantity(plan: Plan, tmp_path: Path) -> None:
     path = write(tmp_path, "pod.yaml", NODE + "---\n" + POD)
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 2 (Pod/ml/trainer-0): "
-        "spec.containers[main].resources.requests[memory]: '64GB' is not a quantity",
+    assert_left_out(
+        plan("-o", "json", "-f", path),
+        (
+            f"{path} document 2 (Pod/ml/trainer-0)",
+            "spec.containers[main].resources.requests[memory]",
+            "'64GB' is not a quantity",
+        ),
     )
 
 
@@ -281,13 +359,13 @@ def test_pod_with_a_malformed_field_names_its_full_path(plan: Plan, tmp_path: Pa
         "  nodeName: gpu-0\n", "  nodeName: gpu-0\n  nodeSelector:\n    gpu: 1\n"
     )
     path = write(tmp_path, "pod.yaml", pod)
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 1 (Pod/ml/trainer-0): spec.nodeSelector.gpu: expected a string, got 1",
+    assert_left_out(
+        plan("-o", "json", "-f", path),
+        (f"{path} document 1 (Pod/ml/trainer-0)", "spec.nodeSelector.gpu", "expected a string"),
     )
 
 
-def test_job_with_a_bad_creation_timestamp_names_the_job(plan: Plan, tmp_path: Path) -> None:
+def test_job_with_a_bad_creation_timestamp_is_invalid(plan: Plan, tmp_path: Path) -> None:
     path = write(
         tmp_path,
         "job.yaml",
@@ -309,11 +387,11 @@ def test_job_with_a_bad_creation_timestamp_names_the_job(plan: Plan, tmp_path: P
                 image: busybox
         """,
     )
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 1 (Job/ml/train): metadata.creationTimestamp: "
-        "'yesterday' is not an RFC 3339 time",
-    )
+    # A workload is not left out: it is decided, Invalid, naming the field.
+    payload = assert_left_out(plan("-o", "json", "-f", path))
+    [train] = payload["decisions"]
+    assert (train["workload"], *outcome(train)) == ("ml/train", "Invalid", "InvalidSpec")
+    assert train["message"] == "metadata.creationTimestamp: 'yesterday' is not an RFC 3339 time"
 
 
 # -- our CRDs -------------------------------------------------------------------------------------
@@ -328,45 +406,52 @@ def team_quota(resources: str, cohort: str = "") -> str:
 
 
 @pytest.mark.parametrize(
-    ("resources", "cohort", "fragments"),
+    ("resources", "cohort", "field", "fragment"),
     [
         pytest.param(
             "    nvidia.com/gpu:\n      nominal: -1\n",
             "",
-            ["spec.resources.nvidia.com/gpu.nominal: -1 is negative"],
+            "spec.resources.nvidia.com/gpu.nominal",
+            "-1 is negative",
             id="negative-nominal",
         ),
         pytest.param(
             "    nvidia.com/gpu:\n      nominal: 1500m\n",
             "",
-            ["spec: resources.nvidia.com/gpu.nominal: '1500m' is not a whole number"],
+            "spec",
+            "resources.nvidia.com/gpu.nominal: '1500m' is not a whole number",
             id="fractional-gpu-nominal",
         ),
         pytest.param(
             "    nvidia.com/gpu:\n      nominal: 1.5\n",
             "",
-            ["spec.resources.nvidia.com/gpu.nominal", "write a quantity as an integer or a string"],
+            "spec.resources.nvidia.com/gpu.nominal",
+            "write a quantity as an integer or a string",
             id="float-nominal",
         ),
         pytest.param(
             "    nvidia.com/gpu:\n      nominal: 8\n      borowingLimit: 4\n",
             "lab",
-            ["spec.resources.nvidia.com/gpu.borowingLimit: Extra inputs are not permitted"],
+            "spec.resources.nvidia.com/gpu.borowingLimit",
+            "Extra inputs are not permitted",
             id="unknown-field",
         ),
         pytest.param(
             "    nvidia.com/gpu:\n      nominal: 8\n      borrowingLimit: 4\n",
             "",
-            ["resources.nvidia.com/gpu.borrowingLimit: borrowing needs a cohort to borrow from"],
+            "spec",
+            "resources.nvidia.com/gpu.borrowingLimit: borrowing needs a cohort to borrow from",
             id="borrowing-limit-without-cohort",
         ),
     ],
 )
 def test_bad_team_quota(
-    plan: Plan, tmp_path: Path, resources: str, cohort: str, fragments: list[str]
+    plan: Plan, tmp_path: Path, resources: str, cohort: str, field: str, fragment: str
 ) -> None:
     path = write(tmp_path, "quota.yaml", team_quota(resources, cohort))
-    assert_input_error(plan("-f", path), f"{path} document 1 (TeamQuota/research): ", *fragments)
+    assert_left_out(
+        plan("-o", "json", "-f", path), (f"{path} document 1 (TeamQuota/research)", field, fragment)
+    )
 
 
 def test_queue_with_unknown_ordering(plan: Plan, tmp_path: Path) -> None:
@@ -384,10 +469,13 @@ def test_queue_with_unknown_ordering(plan: Plan, tmp_path: Path) -> None:
           ordering: LIFO
         """,
     )
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 1 (Queue/ml/training): spec.ordering: "
-        "Input should be 'StrictFIFO' or 'BestEffortFIFO'",
+    assert_left_out(
+        plan("-o", "json", "-f", path),
+        (
+            f"{path} document 1 (Queue/ml/training)",
+            "spec.ordering",
+            "Input should be 'StrictFIFO' or 'BestEffortFIFO'",
+        ),
     )
 
 
@@ -406,10 +494,13 @@ def test_pod_group_with_negative_min_member(plan: Plan, tmp_path: Path) -> None:
           minMember: -1
         """,
     )
-    assert_input_error(
-        plan("-f", path),
-        f"{path} document 1 (PodGroup/ml/train): spec.minMember: "
-        "Input should be greater than or equal to 0",
+    assert_left_out(
+        plan("-o", "json", "-f", path),
+        (
+            f"{path} document 1 (PodGroup/ml/train)",
+            "spec.minMember",
+            "Input should be greater than or equal to 0",
+        ),
     )
 
 
@@ -430,8 +521,10 @@ def test_unknown_output_format_is_a_usage_error(plan: Plan) -> None:
 
 
 def test_error_from_stdin_is_named_stdin(plan: Plan) -> None:
-    run = plan("-f", "-", stdin="apiVersion: v1\nkind: Node\nmetadata: {}\n")
-    assert_input_error(run, "<stdin> document 1 (Node/<unnamed>): metadata.name")
+    run = plan("-o", "json", "-f", "-", stdin="apiVersion: v1\nkind: Node\nmetadata: {}\n")
+    assert_left_out(
+        run, ("<stdin> document 1 (Node/<unnamed>)", "metadata.name", "every object needs a name")
+    )
 
 
 # -- a broken job is a decision, not an abort -----------------------------------------------------
