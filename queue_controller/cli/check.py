@@ -18,10 +18,13 @@ from rich.table import Table
 from queue_controller.check import DESCRIPTIONS, Look, Timing, Violation, Watch, look
 from queue_controller.check.looks import cluster_objects
 from queue_controller.cli.options import output_option, parse_duration
-from queue_controller.dump import read_file, read_objects
+from queue_controller.dump import LeftOut, read_file, read_objects
 from queue_controller.kube.snapshot import Located
 
+# Exit codes, as `check --help` lists them.  2 is every command's: a bad option or a
+# dump that cannot be read at all (queue_controller.cli.EXIT_INPUT_ERROR).
 EXIT_VIOLATED = 1
+EXIT_LEFT_OUT = 3
 
 
 def _when(moment: float | None) -> str:
@@ -44,11 +47,20 @@ def _table(violations: Sequence[Violation], console: Console) -> None:
 
 
 def _summary(result: Look, violations: Sequence[Violation]) -> str:
-    verdict = "all invariants hold" if not violations else f"{len(violations)} violations"
-    line = f"{verdict} ({result.objects} objects read"
-    if result.unreadable:
-        line += f", {len(result.unreadable)} unreadable and left out"
-    return line + ")"
+    read = f"{result.objects} objects read"
+    if not result.left_out:
+        verdict = "all invariants hold" if not violations else f"{len(violations)} violations"
+        return f"{verdict} ({read})"
+    # What was left out was not checked: never call that a clean bill.
+    verdict = (
+        f"{len(violations)} violations" if violations else "no violation among the objects read"
+    )
+    return f"{verdict}, but {len(result.left_out)} left out and not checked ({read})"
+
+
+def _exit_code(violated: bool, left_out: bool) -> int:
+    # A broken invariant is the louder news: it wins over objects left out.
+    return EXIT_VIOLATED if violated else EXIT_LEFT_OUT if left_out else 0
 
 
 @click.command()
@@ -122,6 +134,20 @@ def check(
       EvictedStillHolding      an evicted gang still holding quota or running, a cycle on
       MemberOffPlan            an admitted member bound off its PodGroup's planned nodes
       MemberOffSlice           a sliced pod set's member bound off its slice's nodes
+
+    \b
+    An object that cannot be read (a bad field, no name, the same object twice)
+    is left out, named ("left out: OBJECT: FIELD: WHY"; `left_out` in JSON),
+    and not checked.
+    \b
+    Exit codes:
+      0  every invariant holds over every object
+      1  an invariant is broken (whatever was left out)
+      2  a bad option, or a dump that cannot be read at all (not YAML, a key
+         written twice, a document that is not an object)
+      3  no invariant broken among the objects read, but some were left out
+    With --watch: 1 if a violation was ever seen, else 3 if an object was ever
+    left out, else 0.
     """
     from queue_controller.cli.plan import _parse_now
 
@@ -152,12 +178,14 @@ def check(
 
         clock = time.time
     if watch:
-        ever = _watch(source, clock, timing, output, duration, interval)
-        raise SystemExit(EXIT_VIOLATED if ever else 0)
-    result = look(source(), now=clock(), timing=timing)
-    _report(result, output)
-    if result.violations:
-        raise SystemExit(EXIT_VIOLATED)
+        ever, left_out = _watch(source, clock, timing, output, duration, interval)
+        code = _exit_code(bool(ever), bool(left_out))
+    else:
+        result = look(source(), now=clock(), timing=timing)
+        _report(result, output)
+        code = _exit_code(bool(result.violations), bool(result.left_out))
+    if code:
+        raise SystemExit(code)
 
 
 def _console() -> Console:
@@ -171,7 +199,7 @@ def _report(result: Look, output: str) -> None:
         payload = {
             "violations": [v.as_dict() for v in result.violations],
             "objects": result.objects,
-            "unreadable": list(result.unreadable),
+            "left_out": [item.as_dict() for item in result.left_out],
             "invariants": {k.value: text for k, text in DESCRIPTIONS.items()},
         }
         click.echo(json.dumps(payload, indent=2))
@@ -180,7 +208,7 @@ def _report(result: Look, output: str) -> None:
     if result.violations:
         _table(result.violations, console)
     for problem in result.unreadable:
-        console.print(f"[yellow]left out:[/] {escape(problem)}")
+        console.print(f"[yellow]left out:[/] {escape(' '.join(problem.split()))}")
     console.print(_summary(result, result.violations))
 
 
@@ -191,8 +219,9 @@ def _watch(
     output: str,
     duration: str | None,
     interval: str,
-) -> list[Violation]:
-    """Look until interrupted or out of time; every violation seen is returned."""
+) -> tuple[list[Violation], list[LeftOut]]:
+    """Look until interrupted or out of time; every violation seen, and every object
+    left out, is returned."""
     pause = parse_duration(interval, field="--interval")
     deadline = (
         None if duration is None else time.monotonic() + parse_duration(duration, field="--for")
@@ -206,6 +235,7 @@ def _watch(
     state = Watch()
     console = _console()
     looks = 0
+    left_out: dict[str, LeftOut] = {}  # each said once, when first seen
     try:
         while not stopping and (deadline is None or time.monotonic() < deadline):
             now = clock()
@@ -216,6 +246,10 @@ def _watch(
                 _event("violated", violation, output, console)
             for violation in cleared:
                 _event("cleared", violation, output, console)
+            for item in result.left_out:
+                if str(item) not in left_out:
+                    left_out[str(item)] = item
+                    _left_out_event(item, output, console)
             time.sleep(pause)
     except KeyboardInterrupt:
         pass
@@ -223,15 +257,29 @@ def _watch(
         signal.signal(signal.SIGTERM, previous)
     ever = list(state.ever.values())
     if output == "json":
-        click.echo(
-            json.dumps(
-                {"event": "summary", "looks": looks, "violations": [v.as_dict() for v in ever]}
-            )
-        )
+        summary = {
+            "event": "summary",
+            "looks": looks,
+            "violations": [v.as_dict() for v in ever],
+            "left_out": [item.as_dict() for item in left_out.values()],
+        }
+        click.echo(json.dumps(summary))
     else:
         verdict = "all invariants held" if not ever else f"{len(ever)} violations seen"
+        if left_out and not ever:
+            verdict = "no violation seen among the objects read"
+        if left_out:
+            verdict += f", but {len(left_out)} objects left out and not checked"
         console.print(f"{verdict} over {looks} looks")
-    return ever
+    return ever, list(left_out.values())
+
+
+def _left_out_event(item: LeftOut, output: str, console: Console) -> None:
+    if output == "json":
+        click.echo(json.dumps({"event": "left out", **item.as_dict()}))
+        return
+    line = " ".join(str(item).split())
+    console.print(f"{_when(time.time())} [yellow]left out:[/] {escape(line)}")
 
 
 def _event(what: str, violation: Violation, output: str, console: Console) -> None:
