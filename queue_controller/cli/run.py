@@ -52,6 +52,18 @@ import click
     help="Decision journal database (SQLite default). [QC_JOURNAL_URL]",
 )
 @click.option(
+    "--journal-retention-days",
+    type=float,
+    help="Prune journal entries older than this many days (default 30; 0: keep). "
+    "[QC_JOURNAL_RETENTION_DAYS]",
+)
+@click.option(
+    "--journal-max-rows",
+    type=int,
+    help="Keep at most this many journal entries, pruning the oldest (default 1000000; "
+    "0: no limit). [QC_JOURNAL_MAX_ROWS]",
+)
+@click.option(
     "--tick",
     "tick_seconds",
     type=float,

@@ -40,6 +40,7 @@ from queue_controller.errors import QueueControllerError
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker
 from queue_controller.journal import Journal
+from queue_controller.journal.retention import Retention
 from queue_controller.kube import credentials, kinds
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.healthwriter import NodeHealthPublisher
@@ -124,7 +125,12 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     log.info("listed %d objects", len(state))
 
     metrics = Metrics()
-    journal = Journal(settings.journal_url)
+    journal = Journal(
+        settings.journal_url,
+        retention=Retention.of(
+            max_age_days=settings.journal_retention_days, max_rows=settings.journal_max_rows
+        ),
+    )
     journal.start()
     health = Health(ready=True, stale_after=max(60.0, settings.tick_seconds * 6))
     leadership = Leadership(settings, metrics)

@@ -19,6 +19,7 @@ from queue_controller.envsettings import load_settings
 from queue_controller.errors import InputError
 from queue_controller.journal import DEFAULT_URL
 from queue_controller.journal.database import parse_url
+from queue_controller.journal.retention import DEFAULT_MAX_AGE_DAYS, DEFAULT_MAX_ROWS
 from queue_controller.kube.kinds.selectors import LabelSelector, parse_selector
 
 
@@ -62,6 +63,16 @@ class Settings(BaseSettings):
         default=200, ge=1, description="Cap on pending-reason status writes in one cycle."
     )
     journal_url: str = Field(default=DEFAULT_URL, min_length=1)
+    # Retention: the journal would otherwise grow for ever.  0 turns a bound off.
+    journal_retention_days: float = Field(
+        default=DEFAULT_MAX_AGE_DAYS,
+        ge=0,
+        le=36_500,  # a century: beyond it a date cannot be subtracted from now
+        description="Prune journal entries older than this many days.",
+    )
+    journal_max_rows: int = Field(
+        default=DEFAULT_MAX_ROWS, ge=0, description="Keep at most this many journal entries."
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=8080, ge=0, le=65535)
     webhook: Literal["local", "service", "off"] = Field(

@@ -6,6 +6,9 @@ buffer in memory.  One writer thread, which owns the only database connection, d
 the buffer a batch at a time, one transaction per batch.  While the database is down
 the buffer holds what comes in, dropping its oldest entries once full, and the writer
 retries with capped backoff; what was buffered is written once the database is back.
+
+With a :class:`~queue_controller.journal.retention.Retention`, the same thread prunes
+old entries every so often, between batches, a bounded batch per transaction.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
+from datetime import UTC, datetime
 
 from sqlalchemy import Engine, insert
 from sqlalchemy.engine import Connection
@@ -28,6 +32,7 @@ from queue_controller.journal.database import (
 )
 from queue_controller.journal.migrate import upgrade
 from queue_controller.journal.model import Entry, JournalRow
+from queue_controller.journal.retention import Retention, prune
 
 _log = logging.getLogger(__name__)
 
@@ -50,10 +55,18 @@ class Journal:
 
     ``buffer_size`` bounds the entries waiting in memory; one batch being written
     (at most 500 entries) is held besides.  ``flush_interval`` is how long the writer
-    lets entries gather before it writes them.
+    lets entries gather before it writes them.  ``retention``: what to prune, and how
+    often (none: keep everything, as a simulation's own journal does).
     """
 
-    def __init__(self, url: str, *, buffer_size: int = 10_000, flush_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        buffer_size: int = 10_000,
+        flush_interval: float = 0.5,
+        retention: Retention | None = None,
+    ) -> None:
         self._url = parse_url(url)  # a bad URL is the user's mistake: say so now, not later
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be at least 1, not {buffer_size}")
@@ -74,6 +87,11 @@ class Journal:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._first_attempt = threading.Event()
+        self._retention = retention if retention is not None and retention.bounded else None
+        self._pruned = 0
+        # Monotonic time of the next pruning pass: the first comes once the schema is
+        # ready, for a controller back after a long time away has the most to prune.
+        self._prune_due = 0.0
 
     # -- the caller's side ------------------------------------------------------------
 
@@ -165,6 +183,12 @@ class Journal:
             return self._written
 
     @property
+    def pruned(self) -> int:
+        """Entries deleted by retention."""
+        with self._lock:
+            return self._pruned
+
+    @property
     def url(self) -> str:
         """The database, as it may be shown (without the password)."""
         return shown(self._url)
@@ -198,6 +222,8 @@ class Journal:
                     if batch:
                         self._write(engine, batch)
                     backoff = _BACKOFF_FIRST
+                    if self._retention is not None and time.monotonic() >= self._prune_due:
+                        self._prune(engine, self._retention)
                 except Exception as error:  # every failure here is retried, never raised
                     # After a failure the schema is checked again first: the database
                     # may have come back empty.
@@ -211,13 +237,34 @@ class Journal:
             self._first_attempt.set()  # start() must not wait out a writer that has died
             engine.dispose()
 
+    def _prune(self, engine: Engine, retention: Retention) -> None:
+        # A failure to prune is no failure to write: it is logged and tried again next
+        # interval, and the journal stays healthy (a role without DELETE, say).
+        try:
+            done = prune(engine, retention, now=datetime.now(tz=UTC))
+        except Exception as error:
+            self._prune_due = time.monotonic() + retention.interval
+            _log.warning("journal: pruning old entries failed: %s", describe(error))
+            return
+        # More left: the next pass comes once the entries waiting now are written.
+        self._prune_due = time.monotonic() + (0.0 if done.more else retention.interval)
+        with self._lock:
+            self._pruned += done.rows
+        if done.rows:
+            _log.info("journal: pruned %d entries past retention", done.rows)
+
     def _take(self) -> list[_Item] | None:
         """The next batch: the one that failed last time, or up to _BATCH new entries
-        once they have gathered for flush_interval.  None when it is time to stop."""
+        once they have gathered for flush_interval.  None when it is time to stop;
+        empty when nothing came before a pruning pass is due."""
         with self._lock:
             if self._inflight:
                 return self._inflight
-            self._lock.wait_for(lambda: self._stopping or bool(self._pending))
+            wait = None
+            if self._retention is not None:
+                wait = max(0.0, self._prune_due - time.monotonic())
+            if not self._lock.wait_for(lambda: self._stopping or bool(self._pending), wait):
+                return []
             deadline = time.monotonic() + self._flush_interval
             while not (self._stopping or self._hurry or len(self._pending) >= _BATCH):
                 remaining = deadline - time.monotonic()
