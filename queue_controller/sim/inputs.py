@@ -7,6 +7,11 @@ refuses is refused here in the same words.  A cluster may also be a NodePools
 file (``deploy/local-cluster/nodes.yaml``).  The trace format lives in
 :mod:`queue_controller.sim.trace`.  Every error is an :class:`InputError`
 naming the file, the document or row, and the field.
+
+Where ``plan`` leaves a bad object out and decides the rest, a simulation refuses
+the first one: its files define an experiment, and leaving a node or a quota out
+would quietly simulate another cluster than the one given.  A key written twice
+in any of the files is refused too (:class:`queue_controller.dump.StrictLoader`).
 """
 
 from __future__ import annotations

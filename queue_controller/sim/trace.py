@@ -37,7 +37,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from queue_controller.core.model import TopologyMode, TopologyRequest
 from queue_controller.core.quantity import parse_quantity
 from queue_controller.core.resources import GPU, is_extended
-from queue_controller.dump import read_file
+from queue_controller.dump import StrictLoader, read_file
 from queue_controller.errors import InputError, QuantityError
 from queue_controller.sim.scenario import SimJob
 
@@ -48,7 +48,8 @@ _REQUIRED = ("arrival", "queue", "pods", "duration")
 CSV_COLUMNS = (*_REQUIRED, "name", "priority", *_FLAT, "resources", "topology", "node_selector")
 YAML_KEYS = (*CSV_COLUMNS[:-1], "requests", "nodeSelector")
 _TOPOLOGY = re.compile(r"(?P<mode>Required|Preferred):(?P<level>\S+)")
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A dump's loader: libyaml's speed, and a key written twice is an error naming its line.
+_Loader: type[yaml.SafeLoader] = StrictLoader
 
 
 def _quantity(value: Any) -> str:
