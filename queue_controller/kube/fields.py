@@ -2,10 +2,24 @@
 
 kopf bodies, ``kubectl get -o yaml`` dumps and raw API responses all share
 this shape, so one reader serves the controller and ``plan`` alike.
+
+Numbers are bounded as the API server bounds them, so no value a tenant can
+write costs more than a constant to read or crashes a reader:
+
+* an integer field is within int64 (the API's widest integer); JSON and YAML
+  give Python ints of any size, and a value past int64 could never have come
+  from the API server;
+* a float is finite (YAML's ``.inf`` and ``.nan`` are floats);
+* a whole number written in a string (an annotation) is read by
+  :func:`whole_number`: ASCII digits only, no sign, at most 19 of them (int64's
+  width), so it is refused before ``int()`` sees it.  ``str.isdigit`` is not
+  enough: it accepts ``"²"``, which ``int()`` then refuses, and ``"١٢"``,
+  which ``int()`` reads as 12.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import cache, lru_cache
@@ -16,6 +30,16 @@ from queue_controller.errors import InputError
 T = TypeVar("T")
 
 Obj = Mapping[str, Any]
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Digits of INT64_MAX: a longer run of digits cannot be an int64, and is refused
+# before int() (Python refuses over 4,300 digits itself, with a ValueError).
+_INT64_DIGITS = len(str(INT64_MAX))
+# Kubernetes' documented largest cluster holds 150,000 pods (the "considerations
+# for large clusters" page), so no gang can have more members.  The core does
+# work for each member (placement, binding), so a count above this is refused
+# rather than trusted: spec.parallelism alone may be 2**31 - 1.
+MAX_GANG_MEMBERS = 150_000
 
 
 def describe(obj: Obj) -> str:
@@ -49,12 +73,50 @@ def get(obj: Obj, path: str, kind: type[T], default: T) -> T:
         if node is None:
             return default
     if kind is float and isinstance(node, int) and not isinstance(node, bool):
+        if not INT64_MIN <= node <= INT64_MAX:
+            raise InputError(f"{_short(node)} is out of range", field=path)
         node = float(node)
+    # Bounded first, while node is still Any: an int past int64 or a float past
+    # finite is no value the API server could have given.
+    if type(node) is int and not INT64_MIN <= node <= INT64_MAX:
+        raise InputError(f"{_short(node)} is out of range (an int64)", field=path)
+    if type(node) is float and not math.isfinite(node):
+        raise InputError(f"{node!r} is not a finite number", field=path)
     if not isinstance(node, kind) or (kind is int and isinstance(node, bool)):
         raise InputError(
-            f"expected {_type_name(kind)}, got {type(node).__name__} {node!r}", field=path
+            f"expected {_type_name(kind)}, got {type(node).__name__} {_short(node)}", field=path
         )
     return node
+
+
+def whole_number(raw: object, *, field: str, maximum: int = INT64_MAX) -> int:
+    """A count written in a string (an annotation): ASCII digits, no sign, ``<= maximum``.
+
+    Raises :class:`InputError` naming ``field`` otherwise, without calling
+    ``int()`` on anything but a short run of ASCII digits.
+    """
+    if not isinstance(raw, str):
+        raise InputError(f"expected a string of digits, got {_short(raw)}", field=field)
+    if not (raw.isascii() and raw.isdigit()):
+        raise InputError(f"{_short(raw)} is not a whole number (ASCII digits 0-9)", field=field)
+    if len(raw.lstrip("0")) > _INT64_DIGITS:
+        raise InputError(f"{_short(raw)} is too large (at most {maximum})", field=field)
+    value = int(raw)
+    if value > maximum:
+        raise InputError(f"{raw} is too large (at most {maximum})", field=field)
+    return value
+
+
+def _short(value: object) -> str:
+    """A value for a message: its repr, cut short (a value may be megabytes long).
+
+    A huge int is not turned into text at all: its repr alone is quadratic, and
+    Python refuses it past 4,300 digits.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value) if not isinstance(value, str | bytes) else repr(value[:80])
+    return text if len(text) <= 100 else f"{text[:97]}..."
 
 
 def objects(obj: Obj, path: str) -> list[Mapping[str, Any]]:

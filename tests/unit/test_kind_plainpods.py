@@ -233,7 +233,7 @@ def test_a_group_without_its_count_is_invalid_and_says_which_annotation() -> Non
 
 def test_a_count_that_is_not_a_number_is_invalid() -> None:
     (gang,) = views(pod("ring-0", total="two")).gangs
-    assert "'two' is not a positive count" in gang.workload.spec_error
+    assert "'two' is not a whole number" in gang.workload.spec_error
 
 
 def test_more_members_than_the_count_is_invalid_not_truncated() -> None:

@@ -10,11 +10,12 @@ adding a kind means a module here, its tests and its RBAC rules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from queue_controller.core.model import PodSet
+from queue_controller.errors import InputError
 from queue_controller.kube.fields import Obj
 from queue_controller.kube.resources import Resource
 from queue_controller.kube.views import MemberPod, Ref, Write
@@ -23,6 +24,22 @@ QUEUE_LABEL = "queue-controller.io/queue"
 # Kueue's label, accepted so teams can move over without relabelling.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 QUEUE_LABELS = (QUEUE_LABEL, KUEUE_QUEUE_LABEL)
+
+
+T = TypeVar("T")
+
+
+def read_or(read: Callable[[], T], default: T, errors: list[str]) -> T:
+    """``read()``, or ``default`` with the InputError's text added to ``errors``.
+
+    How a kind turns a field it cannot read into its gang's ``spec_error``
+    instead of losing the whole gang (see :meth:`WorkloadKind.read`).
+    """
+    try:
+        return read()
+    except InputError as error:
+        errors.append(str(error))
+        return default
 
 
 def queue_name(labels: Mapping[str, str]) -> str:
@@ -122,7 +139,11 @@ class WorkloadKind(Protocol):
         """The gang named ``name``: from its head object, or from its member pods alone.
 
         Raises :class:`InputError` only for what even a broken gang must get
-        right (its name); anything else becomes ``facts.spec_error``.
+        right (its name, its labels, its identity); any other field of its head
+        or its members that cannot be read, or that makes no gang, becomes
+        ``facts.spec_error`` naming the object and the field, so the gang is
+        InvalidSpec on its own and every other gang is decided as if it were
+        not there.
         """
         ...
 

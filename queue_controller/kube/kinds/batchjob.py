@@ -4,6 +4,13 @@ Held by ``spec.suspend`` (set by the webhook at creation), released by
 unsuspending it with our scheduling gate added to its pod template, so the
 pods it creates wait for their planned nodes; evicted by suspending it again,
 which makes the Job controller delete its pods.
+
+A gang is ``parallelism`` pods (capped by ``completions``), of which
+``min-member`` must be placed together.  Anything of the Job that cannot be
+read, or that makes no gang (no pods, a minimum of 0 or above the pods, more
+members than a cluster can hold: :data:`fields.MAX_GANG_MEMBERS`), is the gang's
+``spec_error``, naming the field: the gang is InvalidSpec on its own, and
+nothing else of the cycle notices it.
 """
 
 from __future__ import annotations
@@ -13,7 +20,16 @@ from dataclasses import replace
 
 from queue_controller.core.model import one_pod_set
 from queue_controller.errors import InputError
-from queue_controller.kube.fields import Obj, get, objects, strings, timestamp
+from queue_controller.kube.fields import (
+    INT64_MAX,
+    MAX_GANG_MEMBERS,
+    Obj,
+    get,
+    objects,
+    strings,
+    timestamp,
+    whole_number,
+)
 from queue_controller.kube.kinds.base import (
     KindFacts,
     KindGang,
@@ -21,6 +37,7 @@ from queue_controller.kube.kinds.base import (
     RbacRule,
     WebhookRule,
     queue_name,
+    read_or,
 )
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
@@ -39,13 +56,46 @@ TEMPLATE_ANNOTATIONS = "spec.template.metadata.annotations"
 POD_SET = "main"
 
 
-def _whole_number(obj: Obj, annotation: str) -> tuple[int | None, str]:
+def _whole_number(obj: Obj, annotation: str, maximum: int) -> int | None:
+    """The annotation's whole number, None if absent; InputError naming it if it is not one."""
     raw = get(obj, "metadata.annotations", dict, {}).get(annotation)
     if raw is None:
-        return None, ""
-    if not isinstance(raw, str) or not raw.isdigit():
-        return None, f"metadata.annotations[{annotation}]: {raw!r} is not a whole number"
-    return int(raw), ""
+        return None
+    return whole_number(raw, field=f"metadata.annotations[{annotation}]", maximum=maximum)
+
+
+def _finished(head: Obj) -> tuple[bool, bool]:
+    """(finished, succeeded), from the Job's conditions."""
+    for condition in objects(head, "status.conditions"):
+        if condition.get("status") == "True" and condition.get("type") in FINISHED_CONDITIONS:
+            return True, condition.get("type") == "Complete"
+    return False, False
+
+
+def _gang_size(head: Obj) -> tuple[int, int]:
+    """(pods, members placed together) of a Job; InputError naming the field that is wrong."""
+    parallelism = get(head, "spec.parallelism", int, 1)
+    completions = get(head, "spec.completions", int, -1)
+    count = min(parallelism, completions) if completions >= 0 else parallelism
+    field = "spec.parallelism" if count == parallelism else "spec.completions"
+    if count < 1:
+        raise InputError(f"{count}: the Job runs no pods, a gang of nobody", field=field)
+    if count > MAX_GANG_MEMBERS:
+        raise InputError(
+            f"{count} pods: more than a cluster can run at once ({MAX_GANG_MEMBERS})", field=field
+        )
+    min_member = _whole_number(head, MIN_MEMBER_ANNOTATION, MAX_GANG_MEMBERS)
+    if min_member is None:
+        return count, count
+    where = f"metadata.annotations[{MIN_MEMBER_ANNOTATION}]"
+    if min_member < 1:
+        raise InputError("0: a gang of nobody; at least 1 member", field=where)
+    if min_member > count:
+        raise InputError(
+            f"{min_member} members, but the Job runs only {count} pods at once ({field})",
+            field=where,
+        )
+    return count, min_member
 
 
 class BatchJob:
@@ -83,26 +133,47 @@ class BatchJob:
         self, *, namespace: str, name: str, head: Obj | None, members: Sequence[MemberPod]
     ) -> KindGang:
         assert head is not None, "a Job gang is read from its Job"
-        labels = strings(head, "metadata.labels")
-        parallelism = get(head, "spec.parallelism", int, 1)
-        completions = get(head, "spec.completions", int, -1)
-        if completions >= 0:
-            parallelism = min(parallelism, completions)
-        parallelism = max(parallelism, 0)
-        finished = succeeded = False
-        for condition in objects(head, "status.conditions"):
-            if condition.get("status") == "True" and condition.get("type") in FINISHED_CONDITIONS:
-                finished, succeeded = True, condition.get("type") == "Complete"
-                break
-        spec_error = ""
+        labels = strings(head, "metadata.labels")  # read already, to find it queued
+        errors: list[str] = []
+        finished, succeeded = read_or(lambda: _finished(head), (False, False), errors)
+        facts = read_or(lambda: self._facts(head, members, finished, succeeded), None, errors)
+        if facts is None:
+            # Whatever else cannot be read makes the gang InvalidSpec, on its own.
+            facts = KindFacts(
+                queue=queue_name(labels),
+                pod_sets=(),
+                held=read_or(lambda: get(head, "spec.suspend", bool, False), False, []),
+                finished=finished,
+                succeeded=succeeded,
+                spec_error=errors[-1],
+            )
+        head_ref = ref_of(JOB, head)
+        created = read_or(lambda: timestamp(head, "metadata.creationTimestamp"), None, errors)
+        if errors and not facts.spec_error:
+            facts = replace(facts, spec_error=errors[0])
+        return KindGang(
+            namespace=namespace,
+            name=name,
+            head=head,
+            head_ref=head_ref,
+            members=members,
+            facts=facts,
+            created=created or 0.0,
+            about=head_ref,
+            labels=labels,
+        )
+
+    def _facts(
+        self, head: Obj, members: Sequence[MemberPod], finished: bool, succeeded: bool
+    ) -> KindFacts:
+        """The gang's facts; InputError naming the first field that cannot be read."""
+        held = get(head, "spec.suspend", bool, False)
         try:
             template = pod_template(get(head, TEMPLATE_PATH, dict, {}))
         except InputError as error:
-            template = pod_template({})
-            spec_error = str(error.located(field_prefix=TEMPLATE_PATH))
-            parallelism = 0
-        min_member, annotation_error = _whole_number(head, MIN_MEMBER_ANNOTATION)
-        timeout, _ = _whole_number(head, TIMEOUT_ANNOTATION)
+            raise error.located(field_prefix=TEMPLATE_PATH) from None
+        timeout = _whole_number(head, TIMEOUT_ANNOTATION, INT64_MAX)
+        parallelism, min_member = _gang_size(head)
         # Slices are filled by completion index, which only an Indexed Job gives its pods.
         indexed = get(head, "spec.completionMode", str, "NonIndexed") == "Indexed"
         topology, topology_error = topology_request(
@@ -115,34 +186,18 @@ class BatchJob:
             ),
         )
         pod_sets = one_pod_set(
-            template,
-            count=parallelism,
-            min_count=parallelism if min_member is None else min_member,
-            name=POD_SET,
-            path=TEMPLATE_PATH,
+            template, count=parallelism, min_count=min_member, name=POD_SET, path=TEMPLATE_PATH
         )
-        facts = KindFacts(
-            queue=queue_name(labels),
+        return KindFacts(
+            queue=queue_name(strings(head, "metadata.labels")),
             pod_sets=tuple(replace(s, topology=topology) for s in pod_sets),
-            held=get(head, "spec.suspend", bool, False),
+            held=held,
             finished=finished,
             # The Job controller makes a pod for each running slot not filled yet.
             uncreated_members=0 if finished else max(0, parallelism - sum(p.made for p in members)),
             succeeded=succeeded,
-            spec_error=spec_error or annotation_error or topology_error,
+            spec_error=topology_error,
             timeout_seconds=timeout,
-        )
-        head_ref = ref_of(JOB, head)
-        return KindGang(
-            namespace=namespace,
-            name=name,
-            head=head,
-            head_ref=head_ref,
-            members=members,
-            facts=facts,
-            created=timestamp(head, "metadata.creationTimestamp") or 0.0,
-            about=head_ref,
-            labels=labels,
         )
 
     def hold_at_creation(self, obj: Obj) -> Obj:

@@ -18,6 +18,11 @@ are accepted as aliases).  A labelled Pod without a group is a gang of one.
 * Evicted by deleting the members; the owner that made them (a ReplicaSet,
   your operator) makes them again, gated by the webhook, and they queue anew.
   A Pod without an owner is not made again: evicting it ends it.
+
+Counts in annotations are read by :func:`fields.whole_number` (ASCII digits,
+within int64), and a total count above :data:`fields.MAX_GANG_MEMBERS` (the
+largest cluster Kubernetes supports) is refused: each is the gang's
+``spec_error`` naming the annotation, never an exception out of :meth:`read`.
 """
 
 from __future__ import annotations
@@ -28,7 +33,16 @@ from dataclasses import replace
 from typing import Any
 
 from queue_controller.core.model import PodSet, PodTemplate, TopologyRequest
-from queue_controller.kube.fields import Obj, get, objects, strings
+from queue_controller.errors import InputError
+from queue_controller.kube.fields import (
+    INT64_MAX,
+    MAX_GANG_MEMBERS,
+    Obj,
+    get,
+    objects,
+    strings,
+    whole_number,
+)
 from queue_controller.kube.kinds.base import (
     KindFacts,
     KindGang,
@@ -108,7 +122,8 @@ class PlainPods:
         terminated = sum(1 for p in members if not p.live and not p.deleting)
         total, total_error = _total(members) if grouped else (1, "")
         topologies, topology_error = _topologies(live)
-        spec_error = total_error or _queues_agree(members) or topology_error
+        timeout, timeout_error = _timeout(members)
+        spec_error = total_error or _queues_agree(members) or topology_error or timeout_error
         counted = len(live) + succeeded
         if not spec_error and len(live) > total:
             spec_error = (
@@ -126,7 +141,7 @@ class PlainPods:
             succeeded=not live and succeeded >= total,
             absent_members=0 if spec_error else max(0, total - counted),
             spec_error=spec_error,
-            timeout_seconds=_timeout(members),
+            timeout_seconds=timeout,
             gang_size=total if total and not spec_error else None,
         )
         return KindGang(
@@ -200,23 +215,28 @@ class PlainPods:
 
 def _total(members: Sequence[MemberPod]) -> tuple[int, str]:
     """The group's size from its members' annotation; they must agree."""
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}  # value -> (annotation, first pod with it)
     for pod in members:
-        raw = next((pod.annotations[k] for k in TOTAL_ANNOTATIONS if k in pod.annotations), None)
-        if raw is not None:
-            seen.setdefault(raw, pod.ref.name)
+        key = next((k for k in TOTAL_ANNOTATIONS if k in pod.annotations), None)
+        if key is not None:
+            seen.setdefault(pod.annotations[key], (key, pod.ref.name))
     if not seen:
         return 0, (
             f"metadata.annotations[{TOTAL_ANNOTATION}]: a pod group needs its total count "
             f"(on pod {members[0].ref.name if members else '?'})"
         )
     if len(seen) > 1:
-        shown = ", ".join(f"{v!r} on pod {pod}" for v, pod in sorted(seen.items()))
+        shown = ", ".join(f"{v[:40]!r} on pod {pod}" for v, (_, pod) in sorted(seen.items()))
         return 0, f"metadata.annotations[{TOTAL_ANNOTATION}]: the members disagree ({shown})"
-    (raw,) = seen
-    if not raw.isdigit() or int(raw) < 1:
-        return 0, f"metadata.annotations[{TOTAL_ANNOTATION}]: {raw!r} is not a positive count"
-    return int(raw), ""
+    ((raw, (annotation, first)),) = seen.items()
+    field = f"metadata.annotations[{annotation}]"
+    try:
+        total = whole_number(raw, field=field, maximum=MAX_GANG_MEMBERS)
+    except InputError as error:
+        return 0, f"{error} (on pod {first})"
+    if total < 1:
+        return 0, f"{field}: 0 is not a positive count (on pod {first})"
+    return total, ""
 
 
 def _queues_agree(members: Sequence[MemberPod]) -> str:
@@ -227,12 +247,17 @@ def _queues_agree(members: Sequence[MemberPod]) -> str:
     return f"metadata.labels: the members of one pod group name different queues ({shown})"
 
 
-def _timeout(members: Sequence[MemberPod]) -> int | None:
+def _timeout(members: Sequence[MemberPod]) -> tuple[int | None, str]:
+    """The first member's timeout annotation, and why it cannot be read."""
     for pod in members:
         raw = pod.annotations.get(TIMEOUT_ANNOTATION)
-        if raw is not None and raw.isdigit():
-            return int(raw)
-    return None
+        if raw is not None:
+            field = f"metadata.annotations[{TIMEOUT_ANNOTATION}]"
+            try:
+                return whole_number(raw, field=field, maximum=INT64_MAX), ""
+            except InputError as error:
+                return None, f"{error} (on pod {pod.ref.name})"
+    return None, ""
 
 
 # Plain pods carry no completion index (unlike an Indexed Job's), so nothing says which
