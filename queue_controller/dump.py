@@ -64,6 +64,20 @@ class StrictLoader(_Base):  # type: ignore[misc, valid-type]
         mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
         return mapping
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | str:
+        # An integer too long for int() (Python's 4,300-digit limit) would fail the
+        # whole dump from inside the parser.  Kept as its digits, it reaches the reader
+        # of its field, which bounds every number to int64 anyway: that one object is
+        # refused, naming the field, and the rest of the dump is read.
+        try:
+            value: int = super().construct_yaml_int(node)
+        except ValueError:
+            return str(self.construct_scalar(node))
+        return value
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+
 
 _Loader = StrictLoader
 

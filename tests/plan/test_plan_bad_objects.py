@@ -8,6 +8,7 @@ same loader (JSON is YAML), so they are refused alike.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from textwrap import dedent
 
@@ -15,7 +16,7 @@ import pytest
 
 from queue_controller.dump import read_objects
 from queue_controller.errors import DumpError
-from tests.plan.harness import Run, dump, plan_json, run_main
+from tests.plan.harness import NOW, Run, dump, plan_json, run_main, run_script
 
 NODE = """\
 apiVersion: v1
@@ -123,3 +124,71 @@ def test_whole_dumps_still_plan_as_before() -> None:
     yaml_form = plan_json("forms/small-cluster.yaml")
     json_form = plan_json("forms/small-cluster-nodes.yaml", "forms/small-cluster-rest.json")
     assert json.dumps(yaml_form, sort_keys=True) == json.dumps(json_form, sort_keys=True)
+
+
+def test_an_integer_too_long_for_python_is_kept_as_its_digits() -> None:
+    # int() refuses past 4,300 digits; the parser must not fail the dump for it.
+    digits = "9" * 5000
+    [item] = read_objects("long.json", f'{{"kind": "Node", "apiVersion": "v1", "n": {digits}}}')
+    assert item.obj["n"] == digits
+
+
+# -- the issue's bad objects, among healthy gangs ---------------------------------------------
+
+EVIL_JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: evil
+  namespace: lab
+  creationTimestamp: "2026-11-30T08:00:00Z"
+  labels:
+    queue-controller.io/queue: default
+  annotations:
+    queue-controller.io/min-member: "\u00b2"
+spec:
+  parallelism: 2
+  suspend: true
+  template:
+    spec:
+      containers:
+      - name: main
+        image: busybox
+        resources:
+          limits:
+            nvidia.com/gpu: 1
+"""
+
+
+def test_bad_objects_among_healthy_gangs_from_the_console_script(tmp_path: Path) -> None:
+    """Exit 0 within seconds, each bad object named with its field, the rest decided."""
+    small = Path(dump("forms/small-cluster.yaml")).read_text()
+    # One GPU count, with an exponent that once took Fraction(10) ** 999999999.
+    huge_node = NODE.replace("gpu-0", "gpu-9").replace('    nvidia.com/gpu: "8"\n', "")
+    huge_node = huge_node.replace('"4"', '"1e999999999"')
+    quota = (
+        "apiVersion: queue-controller.io/v1alpha1\nkind: TeamQuota\nmetadata:\n  name: other\n"
+        f"spec:\n  resources:\n    nvidia.com/gpu:\n      nominal: {'9' * 5000}\n"
+    )
+    path = tmp_path / "evil.yaml"
+    path.write_text("---\n".join([small, huge_node, quota, EVIL_JOB]))
+    started = time.monotonic()
+    run = run_script("plan", "-o", "json", "-f", str(path), "--now", NOW)
+    elapsed = time.monotonic() - started
+    assert run.code == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    assert elapsed < 20, elapsed  # the console script's start-up included; ~2.5 s here
+    lines = run.stderr.splitlines()
+    assert [line.split(": ")[1] for line in lines] == [
+        f"{path} document 9 (Node/gpu-9)",
+        f"{path} document 10 (TeamQuota/other)",
+    ]
+    assert all(line.startswith("left out: ") for line in lines)
+    payload = json.loads(run.stdout)
+    assert payload["left_out"][0]["field"] == "status.allocatable.nvidia.com/gpu"
+    assert payload["left_out"][1]["field"] == "spec.resources.nvidia.com/gpu.nominal"
+    decisions = {d["workload"]: d for d in payload["decisions"]}
+    evil = decisions.pop("lab/evil")
+    assert (evil["decision"], evil["reason"]) == ("Invalid", "InvalidSpec")
+    assert "metadata.annotations[queue-controller.io/min-member]" in evil["message"]
+    assert list(decisions.values()) == plan_json("forms/small-cluster.yaml")
