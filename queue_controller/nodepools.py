@@ -336,7 +336,8 @@ def load(path: Path) -> NodePools:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError("no such file", where=str(path)) from None
-    except yaml.YAMLError as error:
+    except (yaml.YAMLError, ValueError) as error:
+        # ValueError: an integer past int()'s 4,300 digits, or text that is not UTF-8.
         raise InputError(f"not valid YAML: {error}".splitlines()[0], where=str(path)) from None
     try:
         return NodePools.model_validate(raw)

@@ -123,3 +123,15 @@ def test_a_bad_count_in_a_trace_is_one_line(
     line = _one_line(_simulate(monkeypatch, capsys, *args, "--trace", str(trace)))
     assert f"{trace} row 2" in line
     assert "pods" in line
+
+
+def test_a_pool_count_too_long_for_python_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pools = (DATA / "sim-cluster.yaml").read_text().replace("count: 24", f"count: {'9' * 5000}", 1)
+    cluster = _write(tmp_path, "pools.yaml", pools)
+    trace = _write(tmp_path, "t.csv", "arrival,queue,pods,gpu,duration\n0,prod/batch,1,1,60\n")
+    queues = str(DATA / "sim-queues.yaml")
+    args = ["--cluster", str(cluster), "--queues", queues, "--trace", str(trace)]
+    line = _one_line(_simulate(monkeypatch, capsys, *args))
+    assert line.startswith(f"error: {cluster}: not valid YAML: ")
