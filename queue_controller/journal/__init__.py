@@ -11,6 +11,7 @@ from queue_controller.journal.database import DEFAULT_URL
 from queue_controller.journal.history import read_history
 from queue_controller.journal.migrate import migrate
 from queue_controller.journal.model import Entry, JournalEvent
+from queue_controller.journal.retention import Retention
 from queue_controller.journal.writer import Journal
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "Entry",
     "Journal",
     "JournalEvent",
+    "Retention",
     "migrate",
     "read_history",
 ]
