@@ -36,6 +36,7 @@ from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.gangs import GangView
 from queue_controller.kube.resources import POD_GROUP
 from queue_controller.kube.snapshot import Translation
+from queue_controller.kube.unread import PROVISIONAL, BrokenGang
 from queue_controller.kube.views import Delete, MemberPod, Ref, Write
 
 HOLDING = frozenset({PodGroupPhase.ADMITTED, PodGroupPhase.RUNNING})
@@ -119,8 +120,18 @@ class Planner:
                 ]
             return []
         out: list[act.Action] = []
+        broken = isinstance(gang.gang, BrokenGang)
         if gang.group is None:
-            out.append(act.CreatePodGroup(subject=who, body=gang.new_group()))
+            body = gang.new_group()
+            if broken:
+                body["metadata"]["annotations"] = {PROVISIONAL: "true"}
+            out.append(act.CreatePodGroup(subject=who, body=body))
+        elif (
+            not broken and PROVISIONAL in gang.group.model.metadata.annotations and not gang.holding
+        ):
+            # Its gang reads again: made anew next cycle, sized as the gang now says.
+            why = "its gang can be read again; made anew with the gang's own size"
+            return [act.DeleteOrphan(group_ref=gang.group.ref, why=why)]
         phase = gang.phase
         if gang.holding:
             flagged = self._gpu_signals(gang, now, signals)

@@ -25,7 +25,12 @@ from queue_controller.kube.kinds import WATCHED, KindFacts, KindGang, WorkloadKi
 from queue_controller.kube.resources import Resource
 from queue_controller.kube.views import MemberPod, Ref, ref_of
 
-__all__ = ["Unread", "broken_gang", "left_out"]
+__all__ = ["PROVISIONAL", "BrokenGang", "Unread", "broken_gang", "left_out"]
+
+# On a PodGroup made for a gang that could not be read: its minMember is not the gang's
+# (nothing said what that is), so once the gang reads again the PodGroup is made anew
+# rather than let this placeholder set the gang's size (kube/gangs.py takes minMember).
+PROVISIONAL = "queue-controller.io/provisional"
 
 _BY_KIND: dict[str, Resource] = {r.kind: r for r in WATCHED}
 
@@ -69,6 +74,11 @@ def _labels(raw: object) -> dict[str, str]:
     return {str(k): v for k, v in labels.items() if isinstance(v, str)}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokenGang(KindGang):
+    """A gang its kind could not read: InvalidSpec, and its PodGroup only provisional."""
+
+
 def broken_gang(
     kind: WorkloadKind,
     *,
@@ -91,12 +101,14 @@ def broken_gang(
     live = [p for p in members if p.live]
     held = all(p.gated and not p.node_name for p in live) if kind.held_until_bound else not live
     head_ref = ref_of(kind.head, head) if head is not None and kind.head is not None else None
-    facts = KindFacts(queue=queue, pod_sets=(), held=held, finished=False, spec_error=str(error))
+    facts = KindFacts(
+        queue=queue, pod_sets=(), held=held, finished=False, spec_error=str(error), gang_size=1
+    )
     created = min((p.created for p in members), default=0.0)
     if head is not None:
         with contextlib.suppress(InputError):
             created = timestamp(head, "metadata.creationTimestamp") or created
-    return KindGang(
+    return BrokenGang(
         namespace=namespace,
         name=name,
         head=head,

@@ -32,6 +32,7 @@ from queue_controller.kube.kinds import KindGang
 from queue_controller.kube.kinds.batchjob import BatchJob
 from queue_controller.kube.memo import TranslationMemo
 from queue_controller.kube.snapshot import Located, translate
+from queue_controller.kube.unread import PROVISIONAL
 from queue_controller.kube.views import MemberPod
 from tests.fakes.gateway import FakeGateway
 
@@ -430,3 +431,28 @@ def test_the_memo_keeps_a_failure_at_its_version_and_reads_a_new_version_afresh(
     assert len(reads) == 1, "a reading that failed is not run again at the same version"
     newer = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "4"}}
     assert memo.piece(newer, lambda: 7) == 7
+
+
+def test_a_gang_readable_again_gets_a_pod_group_of_its_own_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The PodGroup made while the Job could not be read has no size of the gang's; left
+    # in place, its minMember would set the gang's minimum once the Job reads again.
+    with monkeypatch.context() as patched:
+        patched.setattr(BatchJob, "read", _raising(ValueError("bug"), ["bad"]))
+        run = Run([*healthy(), job("a", "bad")])
+        assert run.turn()
+        assert run.group("a", "bad")["metadata"]["annotations"] == {PROVISIONAL: "true"}
+    fixed = job("a", "bad")
+    fixed["metadata"]["resourceVersion"] = "50"
+    run.state.upsert(fixed)
+    assert run.turn()
+    assert run.gateway.held("PodGroup", "a", "bad") is None  # made anew, below
+    provisional = run.state.get("PodGroup", "a", "bad")
+    assert provisional is not None
+    run.state.delete(provisional)  # as the watch says it
+    assert run.turn()
+    made = run.group("a", "bad")
+    assert made["spec"]["minMember"] == 2
+    assert PROVISIONAL not in made["metadata"].get("annotations", {})
+    assert made["status"]["phase"] == "Admitted"
