@@ -14,6 +14,7 @@ import asyncio
 import copy
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,6 +27,8 @@ from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
+from queue_controller.core import schedule
+from queue_controller.core.model import LeftOut
 from queue_controller.errors import InputError, UnreadableObject
 from queue_controller.kube import objects, pieces, snapshot
 from queue_controller.kube.kinds import KindGang
@@ -456,3 +459,24 @@ def test_a_gang_readable_again_gets_a_pod_group_of_its_own_size(
     assert made["spec"]["minMember"] == 2
     assert PROVISIONAL not in made["metadata"].get("annotations", {})
     assert made["status"]["phase"] == "Admitted"
+
+
+def test_the_core_names_a_left_out_team_quota_and_queue_and_keeps_not_found_apart() -> None:
+    seen = translate([Located(None, o) for o in healthy()], now=NOW)
+    quotas = tuple(q for q in seen.snapshot.quotas if q.name != "team-a")
+    queues = tuple(q for q in seen.snapshot.queues if q.namespace != "b")
+    left = (
+        LeftOut("TeamQuota", "", "team-a", "TeamQuota/team-a: spec: bad"),
+        LeftOut("Queue", "b", "q", "Queue/b/q: spec: bad"),
+    )
+    for left_out, expected in [
+        (left, {"a": "TeamQuotaInvalid", "b": "QueueInvalid", "c": "Admitted"}),
+        ((), {"a": "TeamQuotaNotFound", "b": "QueueNotFound", "c": "Admitted"}),
+    ]:
+        snap = replace(seen.snapshot, quotas=quotas, queues=queues, left_out=left_out)
+        decided = {d.workload.split("/")[0]: d for d in schedule(snap).decisions}
+        assert {ns: d.reason.value for ns, d in decided.items()} == expected
+    snap = replace(seen.snapshot, quotas=quotas, queues=queues, left_out=left)
+    decided = {d.workload.split("/")[0]: d for d in schedule(snap).decisions}
+    assert decided["a"].message == "TeamQuota team-a was left out: TeamQuota/team-a: spec: bad"
+    assert decided["b"].message == "Queue b/q was left out: Queue/b/q: spec: bad"
