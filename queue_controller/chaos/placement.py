@@ -50,8 +50,9 @@ def waiting_placeholder(name: str, node: str, gpus: int) -> dict[str, Any]:
         "spec": {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 0,
-            # It waits for GPUs; it must never take them from anything else.
-            "preemptionPolicy": "Never",
+            # No priorityClassName: the namespace's default (0 where none is global), so
+            # it preempts nothing of the gang's priority or above (preemptionPolicy itself
+            # comes only from a PriorityClass).
             "tolerations": [{"operator": "Exists"}],
             "affinity": {
                 "nodeAffinity": {

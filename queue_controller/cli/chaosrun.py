@@ -221,7 +221,8 @@ def _report(outcome: chaos.Outcome, output: str) -> None:
         click.echo(json.dumps(outcome.as_dict(), indent=2))
         return
     click.echo("")
-    click.echo(f"{'PHASE':<12} {'AFTER':>8}  WHAT")
+    if outcome.timeline.marks:
+        click.echo(f"{'PHASE':<12} {'AFTER':>8}  WHAT")
     for mark in outcome.timeline.marks:
         click.echo(f"{mark.phase:<12} {mark.seconds:>7.1f}s  {mark.detail}")
     for violation in outcome.violations:

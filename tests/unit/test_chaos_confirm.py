@@ -129,7 +129,7 @@ def test_the_waiting_placeholder_is_outside_any_queue_and_takes_nothing_by_force
     assert "labels" not in body["metadata"]  # Marks.pod adds only the run's label
     spec = body["spec"]
     assert "nodeName" not in spec  # the scheduler places it: no node over-committed
-    assert spec["preemptionPolicy"] == "Never"
+    assert "priorityClassName" not in spec
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n1"]
     assert spec["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "8"}
