@@ -50,7 +50,8 @@ def _version(obj: Obj) -> str | None:
     return version if isinstance(version, str) and version else None
 
 
-def _key(obj: Obj) -> _Key | None:
+def key_of(obj: Obj) -> _Key | None:
+    """(kind, namespace, name), or None for an object that cannot be named."""
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
         return None
@@ -96,7 +97,7 @@ class TranslationMemo:
 
     def piece(self, obj: Obj, read: Callable[[], T]) -> T:
         """``read()``'s result for ``obj``, reused while ``obj`` is at the same version."""
-        version, key = _version(obj), _key(obj)
+        version, key = _version(obj), key_of(obj)
         if version is None or key is None:
             return self._read(key, read)
         held = self._pieces.get(key)

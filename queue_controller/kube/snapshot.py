@@ -44,7 +44,7 @@ from queue_controller.kube.gangs import (
     workload_of,
 )
 from queue_controller.kube.kinds import KindGang, WorkloadKind
-from queue_controller.kube.memo import TranslationMemo
+from queue_controller.kube.memo import TranslationMemo, key_of
 from queue_controller.kube.pieces import PodPiece, read_head, read_node, read_pod
 from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
 from queue_controller.kube.unread import Unread, broken_gang, left_out
@@ -260,7 +260,7 @@ def translate(
             except InputError:
                 raise
             except Exception as bug:  # outside a reader: in the collecting itself
-                raise memo.unreadable(None, bug) from bug
+                raise memo.unreadable(key_of(item.obj), bug) from bug
         except InputError as error:
             located = error.located(where=item.where)
             fail(located)
@@ -399,7 +399,7 @@ def _view(
         fail(error.located(where=where))
         return None
     except Exception as bug:  # the boundary's last line: the gang alone is left out
-        fail(memo.unreadable(None, bug).located(where=where))
+        fail(memo.unreadable(key, bug).located(where=where))
         return None
     return GangView(
         kind=kind,
