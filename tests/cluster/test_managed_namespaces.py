@@ -129,3 +129,49 @@ def test_an_unlabelled_cpu_job_in_a_managed_namespace_runs_untouched(
     created = create(cluster, namespace, unlabelled("build", gpus=0, node=7))
     runs_untouched(cluster, namespace, "build", created)
     assert objects.pod_group("build") is None
+
+
+def test_an_unlabelled_gpu_pod_in_a_managed_namespace_is_gated_and_admitted_through_default(
+    cluster: Cluster, namespace: str, objects: Objects, managing: ControllerProcess
+) -> None:
+    managed(cluster, namespace)
+    objects.queue("default", objects.team_quota(8))
+    body = unlabelled("solo", gpus=1, node=5)["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo"}, "spec": body["spec"]}
+    created = cluster.core.create_namespaced_pod(namespace, pod)
+    assert created.metadata.labels == {QUEUE_LABEL: "default"}
+    assert GATE in [g.name for g in created.spec.scheduling_gates or []]
+    eventually(
+        lambda: (
+            (p := cluster.core.read_namespaced_pod("solo", namespace)).spec.node_name == h100(5)[0]
+            and p
+        ),
+        timeout=60,
+        what="admitted onto its planned node",
+    )
+
+
+def test_a_gpu_job_that_ran_before_its_namespace_was_managed_is_queued_at_its_next_change(
+    cluster: Cluster, namespace: str, objects: Objects, managing: ControllerProcess
+) -> None:
+    # Made while the namespace was not managed, it runs untouched ...
+    created = create(cluster, namespace, unlabelled("early", gpus=1, node=6))
+    runs_untouched(cluster, namespace, "early", created)
+    # ... until the namespace is managed and the Job changes: then, as Kueue's
+    # reconciler does with manageJobsWithoutQueueName, it is suspended and queued.
+    managed(cluster, namespace)
+    objects.queue("default", objects.team_quota(8))
+    cluster.batch.patch_namespaced_job(
+        "early", namespace, {"metadata": {"annotations": {"touched": "yes"}}}
+    )
+    eventually(
+        lambda: (
+            (j := cluster.batch.read_namespaced_job("early", namespace)).metadata.labels
+            and j.metadata.labels.get(QUEUE_LABEL) == "default"
+        ),
+        timeout=30,
+        what="queued in default",
+    )
+    eventually(lambda: objects.phase("early", "Running"), timeout=90, what="admitted")
+    (pod,) = [p for p in pods_of(cluster, namespace, "early") if p.status.phase == "Running"]
+    assert pod.spec.node_selector == {"kubernetes.io/hostname": h100(6)[0]}
