@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes import config as config_loader
+from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import Cluster
 from tests.cluster.people import allowed, as_json, kubectl, refused, token_kubeconfig
@@ -132,11 +135,26 @@ def writes(cluster: Cluster, config: Path, node: str) -> list[Any]:
     return [
         kubectl(cluster, "annotate", "node", node, "--overwrite", f"{PROBE}=x", kubeconfig=config),
         kubectl(cluster, "label", "node", node, "--overwrite", f"{PROBE}=x", kubeconfig=config),
-        kubectl(
-            cluster, "patch", "node", node, "--subresource=status", "--type=strategic",
-            "-p", condition_patch(), kubeconfig=config,
-        ),
-    ]  # fmt: skip
+        status_patch(config, node),
+    ]
+
+
+def status_patch(config: Path, node: str) -> subprocess.CompletedProcess[str]:
+    """The GPUHealthy-style condition patch, as the agent sends it: a strategic merge PATCH of
+    nodes/status and nothing else (``kubectl patch --subresource=status`` would GET first,
+    which the agent's role does not grant)."""
+    api = client.CoreV1Api(config_loader.new_client_from_config(config_file=str(config)))
+    args = ["patch", "nodes/status", node]
+    try:
+        api.patch_node_status(
+            node,
+            json.loads(condition_patch()),
+            _content_type="application/strategic-merge-patch+json",
+        )
+    except ApiException as error:
+        reason = json.loads(error.body).get("message", error.body) if error.body else error.reason
+        return subprocess.CompletedProcess(args, 1, "", f"Error from server (Forbidden): {reason}")
+    return subprocess.CompletedProcess(args, 0, "", "")
 
 
 def test_a_node_agent_writes_its_own_node_and_no_other(
@@ -154,11 +172,17 @@ def test_a_node_agent_writes_its_own_node_and_no_other(
     user = f"system:serviceaccount:{namespace}:{account}"
     assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == user
 
+    last: list[Any] = []
+
     def own_node_written() -> bool:
-        return all(allowed(r) for r in writes(cluster, config, a))
+        last[:] = writes(cluster, config, a)
+        return all(allowed(r) for r in last)
 
     # RBAC and the policy both need a moment to reach the API server's caches.
-    eventually(own_node_written, timeout=30, what="the agent's token to write its own Node")
+    try:
+        eventually(own_node_written, timeout=30, what="the agent's token to write its own Node")
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {[r.stderr for r in last]}") from None
     node = cluster.core.read_node(a)
     assert node.metadata.annotations[PROBE] == "x"
     assert any(c.type == CONDITION for c in node.status.conditions)
