@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from click.testing import CliRunner
 
 from queue_controller.cli import cli
@@ -315,17 +316,46 @@ def _raised(seconds: float, error: BaseException) -> PathResult:
     return PathResult(seconds, raised=raised, trace=trace)
 
 
-def plan_file_isolated(path: Path) -> Outcome:
-    """Both paths over a dump file: plan reads its text, the controller its objects."""
+def _deepened(value: Any, depth: int) -> Any:
+    """``value`` with each chain of single-item lists or maps 500 or more deep made
+    ``depth`` deep (a YAML file cannot hold 1,000; the API server takes 10,000)."""
+    from tests.fuzz.mutations import deep_dict, deep_list
+
+    def chain(node: Any) -> int:
+        length = 0
+        while isinstance(node, list | dict) and len(node) <= 1:
+            length += 1
+            if not node:
+                break
+            node = node[0] if isinstance(node, list) else next(iter(node.values()))
+        return length
+
+    if chain(value) >= 500:
+        return deep_list(depth) if isinstance(value, list) else deep_dict(depth)
+    if isinstance(value, dict):
+        return {k: _deepened(v, depth) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deepened(v, depth) for v in value]
+    return value
+
+
+def plan_file_isolated(path: Path, *, deepen: int = 0) -> Outcome:
+    """Both paths over a dump file: plan reads its text, the controller its objects
+    (with ``deepen``, its deep nesting made that deep: see :func:`_deepened`)."""
     text = path.read_text(encoding="utf-8")
     # The objects as the controller gets them: integers past Python's 4,300 digits
     # included (that the dump reader refuses them is plan's concern, not the cycle's).
     limit = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(0)
     try:
-        objs = [dict(item.obj) for item in read_objects(str(path), text)]
+        # YAML itself, not the dump reader: that is plan's to run (and to fail), here
+        # only the objects are wanted.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        objs = [doc for doc in yaml.load_all(text, Loader=loader) if isinstance(doc, dict)]
     finally:
         sys.set_int_max_str_digits(limit)
+    if deepen:
+        objs = [_deepened(obj, deepen) for obj in objs]
     return run_isolated(objs, text=text)
 
 

@@ -351,7 +351,11 @@ def _shape(value: Any) -> str:
             depth += 1
         if depth > 20:
             return f"<{type(value).__name__} nested {depth} deep>"
-    return repr(value)
+    try:
+        shown = repr(value)
+    except (ValueError, RecursionError):  # an int past 4,300 digits inside, say
+        return f"<{type(value).__name__} that repr() cannot show>"
+    return shown if len(shown) <= 200 else f"{shown[:200]}...>"
 
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]

@@ -1,10 +1,13 @@
 """Every class of failure the fuzzer found, kept as a small dump (tests/fuzz/regressions).
 
 Each dump holds a healthy gang (``expect-admit``) and one bad object; its header
-names the object and the field the error must name.  Both paths run over it, each
-within the fuzzer's bound: the controller's cycle reports the object (to ``skip``, or
-as an Invalid decision of its gang) and admits the healthy gang; ``plan`` exits 0,
-admits the healthy gang and names the object and the field.
+names the object and the field the error must name (``-``: a value Kubernetes
+accepts too, which must only be read within the bound).  ``expect-deepen: N``: the
+controller's objects get the file's deep nesting N deep, past what YAML can hold.
+Both paths run over it, each within the fuzzer's bound: the controller's cycle
+reports the object (to ``skip``, or as an Invalid decision of its gang) and admits
+the healthy gang; ``plan`` exits 0, admits the healthy gang and names the object and
+the field.
 """
 
 from __future__ import annotations
@@ -23,21 +26,26 @@ _H1 = "h1: bounded parsing (kube/fields.py, kube/kinds, core/quantity.py, core/d
 _H2 = "h2: a per-object boundary (kube/snapshot.py, controller/loop.py)"
 _H5 = "h5: plan decides the healthy gangs and names the bad object (cli/plan.py, dump.py)"
 PENDING_FIXES: dict[str, str] = {
-    "annotations-a-huge-integer": _H1 + "; " + _H5,
+    # A 5,000-digit number as a selector: the dump reader now keeps its digits, and
+    # plan then reads it as a selector that matches nothing instead of refusing it.
     "cel-expression-a-huge-integer": _H1 + "; " + _H5,
+    # The CEL parser recurses once per parenthesis (core/dracel.py).
     "cel-nested-deeply": _H1 + "; " + _H2,
-    "cel-not-a-bool": _H1 + "; " + _H2 + "; " + _H5,
+    # A non-bool result raises InvalidSpecError from the core's cycle (dracel.py:164),
+    # outside the translation's per-object boundary: the whole cycle fails.
+    "cel-not-a-bool": _H1 + "; " + _H2,
+    "cel-string-not-a-bool": _H1 + "; " + _H2,
+    "deviceclass-cel-not-a-bool": _H1 + "; " + _H2,
+    # No length limit on a selector yet (the API server's is 10 Ki characters).
     "cel-past-size-limit": _H1,
-    "cel-string-not-a-bool": _H1 + "; " + _H2 + "; " + _H5,
-    "deviceclass-cel-not-a-bool": _H1 + "; " + _H2 + "; " + _H5,
-    "integer-past-str-limit": _H1 + "; " + _H5,
-    "node-allocatable-huge-exponent": _H1 + "; " + _H5,
-    "pod-group-total-count-superscript": _H1 + "; " + _H5,
-    "pod-group-total-count-thousands-of-digits": _H1 + "; " + _H5,
-    "quantity-huge-exponent": _H1 + "; " + _H5,
-    "quantity-thousands-of-digits": _H1 + "; " + _H5,
-    "quantity-tiny-exponent": _H1 + "; " + _H5,
-    "teamquota-nominal-huge-exponent": _H1 + "; " + _H5,
+    # 5,000 deep: repr() of the value in an error message recurses (core/quantity.py
+    # _shown, kube/fields.py); the boundary catches most as UnreadableObject, which
+    # names no field, and a deep metadata.name escapes it from describe().
+    "creation-timestamp-deep-nesting": _H1,
+    "limits-deep-nesting": _H1,
+    "name-nested-deeply": _H1 + "; " + _H2,
+    "node-allocatable-deep-nesting": _H1,
+    "request-value-deep-nesting": _H1,
 }
 
 DUMPS = sorted(REGRESSIONS.glob("*.yaml"))
@@ -66,13 +74,17 @@ def test_every_regression_dump_says_what_it_expects() -> None:
 
 
 def _names(text: str, expect: dict[str, str]) -> bool:
-    return expect["object"] in text and expect["field"] in text
+    if expect["object"] == "-":
+        return True
+    # A field may be written ``requests[cpu]`` or ``requests.cpu``: compared as dots.
+    dotted = text.replace("[", ".").replace("]", "")
+    return expect["object"] in text and expect["field"] in dotted
 
 
 @pytest.mark.parametrize("path", _params())
 def test_regression_dump_is_refused_per_object(path: Path) -> None:
     expect = _header(path)
-    outcome: Outcome = plan_file_isolated(path)
+    outcome: Outcome = plan_file_isolated(path, deepen=int(expect.get("deepen", 0)))
     problems = outcome.problems()
     assert not problems, "\n".join(problems)
     assert outcome.controller is not None
