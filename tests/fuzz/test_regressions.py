@@ -44,6 +44,8 @@ PENDING_FIXES: dict[str, str] = {
     "creation-timestamp-deep-nesting": _H1,
     "limits-deep-nesting": _H1,
     "name-nested-deeply": _H1 + "; " + _H2,
+    # describe()'s f-string of a 5,000-digit kind raises ValueError past the boundary.
+    "kind-a-huge-integer": _H1 + "; " + _H2,
     "node-allocatable-deep-nesting": _H1,
     "request-value-deep-nesting": _H1,
 }
