@@ -5,7 +5,6 @@ policies as a tenant, the controller and the node agent would meet them.
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 from pathlib import Path
@@ -95,7 +94,3 @@ def allowed(result: subprocess.CompletedProcess[str]) -> bool:
 
 def as_json(body: dict[str, Any]) -> str:
     return json.dumps(body)
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
