@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import copy
 import time
+from fractions import Fraction
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queue_controller.errors import InputError
+from queue_controller.core.quantity import MAX_QUANTITY_CHARS, parse_quantity
+from queue_controller.errors import InputError, QuantityError
 from queue_controller.kube import fields
 from queue_controller.kube.fields import INT64_MAX, INT64_MIN, MAX_GANG_MEMBERS, whole_number
 from tests.unit.test_kind_plainpods import pod, views
@@ -242,3 +244,72 @@ def test_objects_are_not_changed_by_reading() -> None:
     kept = copy.deepcopy(original)
     workload_of(original)
     assert original == kept
+
+
+# -- quantities --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1e999999999",
+        "1E999999999",
+        "9e9223372036854775807",
+        "9" * 20,
+        "9223372036854775808",
+        "-9223372036854775809",
+        "8Ei",
+        "10E",
+        "1e9223372036854775808",  # the exponent is no int64: apimachinery's ErrSuffix
+        "1e" + "9" * 90,
+        "1" * (MAX_QUANTITY_CHARS + 1),
+        "9" * 5000,
+    ],
+    ids=lambda text: text[:24],
+)
+def test_a_quantity_out_of_range_is_refused_at_once(text: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(QuantityError) as caught:
+        parse_quantity(text)
+    assert time.perf_counter() - started < 0.1
+    assert len(str(caught.value)) < 200
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1e-999999999", Fraction(1, 10**9)),  # rounded up to 1n, as apimachinery does
+        ("-1e-20", Fraction(-1, 10**9)),
+        ("0.9999999999", Fraction(1)),
+        ("0e999999999999", Fraction(0)),
+        ("9223372036854775807", Fraction(INT64_MAX)),
+        ("7Ei", Fraction(7 * 2**60)),
+        ("9.2E", Fraction(92 * 10**17)),
+        ("0." + "0" * 90 + "1Ei", Fraction(1, 10**9)),
+        ("0.000000000001Ei", Fraction(1152921504606847, 10**9)),  # 1152921.504606846976
+        (INT64_MAX, Fraction(INT64_MAX)),
+    ],
+)
+def test_quantities_within_range_stay_exact(value: str | int, expected: Fraction) -> None:
+    assert parse_quantity(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value", [INT64_MAX + 1, 10**5000, 1e19, -1e300], ids=["max+1", "5000", "1e19", "-1e300"]
+)
+def test_a_number_given_as_a_quantity_is_within_int64(value: float) -> None:
+    with pytest.raises(QuantityError, match="out of range"):
+        parse_quantity(value)
+
+
+@given(st.text(alphabet="0123456789.+-eEKMGTPinumk", max_size=40))
+def test_any_quantity_text_parses_or_is_a_quantity_error_quickly(text: str) -> None:
+    started = time.perf_counter()
+    try:
+        amount = parse_quantity(text)
+    except QuantityError:
+        return
+    finally:
+        assert time.perf_counter() - started < 0.1
+    assert abs(amount) <= INT64_MAX
+    assert (amount * 10**9).denominator == 1  # on apimachinery's nano grid
