@@ -238,8 +238,54 @@ def _reads(tree: lark.Tree[lark.Token]) -> frozenset[str] | None:
     return frozenset(names)
 
 
+# The API server's limit on a DRA CEL selector (resource.k8s.io's
+# CELSelectorExpressionMaxLength, 10 Ki), checked before anything is parsed.
+MAX_SELECTOR_CHARS = 10 * 1024
+# Nesting (brackets, and runs of unary ! or -) past which cel-python's recursive
+# parser and tree walks exhaust Python's stack ("(" * 5000 took 14 s, then a
+# RecursionError); 200 levels measured 1.2 s to compile, so the bound is well below.
+MAX_SELECTOR_NESTING = 32
+
+
+def _too_deep(expression: str) -> bool:
+    """Whether brackets or unary operators nest past the bound (string literals skipped)."""
+    depth = run = 0
+    quote = ""
+    for char in expression:
+        if quote:
+            quote = "" if char == quote else quote
+            continue
+        if char in "\"'":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        run = run + 1 if char in "!-" else (run if char.isspace() else 0)
+        if depth > MAX_SELECTOR_NESTING or run > MAX_SELECTOR_NESTING:
+            return True
+    return False
+
+
 def compile_selector(expression: str) -> Selector:
     """Parse a selector; :class:`InvalidSpecError` naming it and the place if it does not parse."""
+    shown = expression[:80] + ("..." if len(expression) > 80 else "")
+    if len(expression) > MAX_SELECTOR_CHARS:
+        raise InvalidSpecError(
+            f"selector {shown!r} is {len(expression)} characters, over the API's "
+            f"limit of {MAX_SELECTOR_CHARS}"
+        )
+    if _too_deep(expression):
+        raise InvalidSpecError(
+            f"selector {shown!r} nests deeper than {MAX_SELECTOR_NESTING} levels"
+        )
+    try:
+        return _compile(expression)
+    except RecursionError:
+        raise InvalidSpecError(f"selector {shown!r} nests too deeply to compile") from None
+
+
+def _compile(expression: str) -> Selector:
     global _environment
     if _environment is None:
         # Building the parser takes a while; one serves every expression.

@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from queue_controller.core.dracel import compile_selector
 from queue_controller.core.quantity import MAX_QUANTITY_CHARS, parse_quantity
+from queue_controller.core.requests import InvalidSpecError
 from queue_controller.errors import InputError, QuantityError
 from queue_controller.kube import fields
 from queue_controller.kube.fields import INT64_MAX, INT64_MIN, MAX_GANG_MEMBERS, whole_number
@@ -313,3 +315,27 @@ def test_any_quantity_text_parses_or_is_a_quantity_error_quickly(text: str) -> N
         assert time.perf_counter() - started < 0.1
     assert abs(amount) <= INT64_MAX
     assert (amount * 10**9).denominator == 1  # on apimachinery's nano grid
+
+
+# -- CEL selectors -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["(" * 5000 + "true" + ")" * 5000, "!" * 3000 + "true", "[" * 100 + "]" * 100 + " == []"],
+    ids=["parens", "nots", "lists"],
+)
+def test_a_deeply_nested_selector_is_invalid_spec_at_once(expression: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(InvalidSpecError, match="nests"):
+        compile_selector(expression)
+    assert time.perf_counter() - started < 0.5
+
+
+def test_a_selector_over_the_api_limit_is_invalid_spec() -> None:
+    with pytest.raises(InvalidSpecError, match="limit"):
+        compile_selector("true || " * 2000 + "true")
+
+
+def test_nesting_inside_a_string_literal_is_not_counted() -> None:
+    compile_selector('device.driver == "' + "(" * 100 + '"')
