@@ -46,6 +46,9 @@ from queue_controller.core.requests import InvalidSpecError
 # and go for ever cannot grow it without bound; far more than any cluster's
 # distinct kinds of device times its selectors.
 _MAX_VERDICTS = 65_536
+# Compiled selectors kept at once: far more than a cluster's distinct selectors;
+# at most 10 Ki characters each, so the entries and their bytes are both bounded.
+_MAX_SELECTORS = 1024
 # A runtime error's text can embed the whole activation; a verdict keeps its start.
 _MAX_ERROR_CHARS = 200
 
@@ -327,6 +330,8 @@ class SelectorCache:
         if selector is None:
             selector = compile_selector(expression)
             self.compilations += 1
+            if len(self._selectors) >= _MAX_SELECTORS:
+                self._selectors.clear()  # selectors that come and go cannot grow it for ever
             self._selectors[expression] = selector
         return selector
 

@@ -48,6 +48,10 @@ _SEMVER = re.compile(
 )
 
 
+# A DRA version attribute is at most 64 characters (resource.k8s.io's limit).
+_MAX_SEMVER_CHARS = 64
+
+
 @total_ordering
 @dataclass(frozen=True)
 class Semver:
@@ -62,9 +66,11 @@ class Semver:
     @classmethod
     def parse(cls, text: str) -> Semver:
         """Parse a version; raise ValueError if it is not semver 2.0.0 (``550.54.15``)."""
-        match = _SEMVER.match(text)
-        if match is None:
-            raise ValueError(f"{text!r} is not a semantic version (example: 1.2.3)")
+        # blang/semver reads each number with strconv.ParseUint(.., 64): at most 20
+        # digits, and a longer text is no version (int() refuses 4,300 digits itself).
+        match = _SEMVER.match(text) if len(text) <= _MAX_SEMVER_CHARS else None
+        if match is None or any(len(match[k]) > 20 for k in ("major", "minor", "patch")):
+            raise ValueError(f"{text[:64]!r} is not a semantic version (example: 1.2.3)")
         pre = tuple(match["pre"].split(".")) if match["pre"] else ()
         return cls(
             int(match["major"]), int(match["minor"]), int(match["patch"]), pre, match["build"] or ""
