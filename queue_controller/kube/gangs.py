@@ -234,6 +234,12 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
             pod_sets = (
                 PodSet(only.name, only.template, only.count, model.spec.minMember, only.path),
             )
+        if model.spec.minMember < 1 and not spec_error:
+            # A hand-written PodGroup of minMember 0 would admit a gang of nobody.
+            spec_error = (
+                f"PodGroup {model.metadata.name}: spec.minMember: 0 is a gang of nobody; "
+                "at least 1 member"
+            )
         if model.spec.queue != facts.queue and not spec_error:
             spec_error = (
                 f"PodGroup {model.metadata.name} names queue {model.spec.queue!r} but the "

@@ -339,3 +339,11 @@ def test_a_selector_over_the_api_limit_is_invalid_spec() -> None:
 
 def test_nesting_inside_a_string_literal_is_not_counted() -> None:
     compile_selector('device.driver == "' + "(" * 100 + '"')
+
+
+def test_a_pod_group_of_min_member_zero_is_invalid_spec() -> None:
+    from tests.unit.test_kind_plainpods import group
+
+    members = [pod(f"ring-{i}") for i in range(2)]
+    workload = workload_of(*members, group("Pending", min_member=0), name="ring")
+    assert "spec.minMember" in workload.spec_error
