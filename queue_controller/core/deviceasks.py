@@ -34,6 +34,7 @@ class Entry:
     matchers: tuple[int, ...]
     counts: tuple[int, ...]  # devices per matcher (REQUEST: one; FIRST: per alternative)
     label: str  # for messages: which claim and request
+    where: str  # the pod's field that names the claim: resourceClaims[i]
     # (quota resource, devices) charged per member; None for a shared claim's
     # requests, which are charged once per gang instead.
     quota: tuple[str, int] | None
@@ -130,17 +131,21 @@ class ClaimReader:
                 first = request.alternatives[0]
                 quota = (self.quota_resource(first.device_class), first.count)
                 out.append(
-                    Entry(DimKind.FIRST, matchers, tuple(counts), f"devices for {label}", quota)
+                    Entry(
+                        DimKind.FIRST, matchers, tuple(counts), f"devices for {label}", where, quota
+                    )
                 )
                 continue
             matcher = self._matcher(request, source, where)
             quota = (self.quota_resource(request.device_class), request.count)
             if request.all_devices:
                 label = f"all {request.device_class} devices for {label}"
-                out.append(Entry(DimKind.ALL, (matcher,), (0,), label, quota))
+                out.append(Entry(DimKind.ALL, (matcher,), (0,), label, where, quota))
             else:
                 label = f"{request.device_class} devices for {label}"
-                out.append(Entry(DimKind.REQUEST, (matcher,), (request.count,), label, quota))
+                out.append(
+                    Entry(DimKind.REQUEST, (matcher,), (request.count,), label, where, quota)
+                )
         return out
 
     def _matcher(self, request: DeviceRequest, source: str, where: str) -> int:

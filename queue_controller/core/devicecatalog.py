@@ -29,6 +29,7 @@ from queue_controller.core.dra import (
 from queue_controller.core.dracel import DEFAULT_CACHE, SelectorCache
 from queue_controller.core.model import BoundPod, Node, PodClaim, Snapshot
 from queue_controller.core.prepared import Usage
+from queue_controller.core.requests import InvalidSpecError
 
 # A pod whose requests compete for devices is checked per set of them (Hall's
 # condition); beyond this many requests only pairs are.
@@ -57,6 +58,10 @@ class DeviceCatalog:
         # By the identity of an ask (the reader's memo keeps each alive).
         self._devices_of: dict[int, PodDevices] = {}
         self.dims: DeviceDims | None = None
+        # matcher -> (the selector, why it cannot be run): one whose result is not
+        # a bool.  Only running it shows that; the gangs that ask for it are
+        # invalid, and the rest of the cycle goes on (:meth:`fault`).
+        self.broken: dict[int, tuple[str, str]] = {}
         self._node_devices = offered(snapshot)
         self._held = held(snapshot)
 
@@ -81,6 +86,7 @@ class DeviceCatalog:
     def settle(self) -> DeviceDims:
         """Give every device its signature; after this, asks become dimensions."""
         matchers = sorted(self._reader.matchers.items(), key=lambda item: item[1])
+        self._matchers = [m for m, _ in matchers]
         expressions = [
             (*self._classes[m.device_class].selectors, *m.selectors) for m, _ in matchers
         ]
@@ -126,9 +132,32 @@ class DeviceCatalog:
     ) -> frozenset[int]:
         matched = []
         for matcher, exprs in enumerate(expressions):
-            if all(self._cache.verdict(e, device, kind=kind).matches for e in exprs):
+            if matcher in self.broken:
+                continue
+            for expression in exprs:  # Kubernetes' order; the first refusal ends it
+                try:
+                    verdict = self._cache.verdict(expression, device, kind=kind)
+                except InvalidSpecError as error:
+                    self.broken[matcher] = (expression, error.detail)
+                    break
+                if not verdict.matches:
+                    break
+            else:
                 matched.append(matcher)
         return frozenset(matched)
+
+    def fault(self, ask: PodAsk) -> InvalidSpecError | None:
+        """Why the ask cannot be placed at all (a selector of it is broken), naming the claim."""
+        for entry in ask.entries:
+            for matcher in entry.matchers:
+                if matcher not in self.broken:
+                    continue
+                expression, detail = self.broken[matcher]
+                owner = self._matchers[matcher]
+                if expression not in owner.selectors:
+                    detail = f"DeviceClass {owner.device_class}: {detail}"
+                return InvalidSpecError(f"{entry.label}: {detail}", field=entry.where)
+        return None
 
     def devices_of(self, ask: PodAsk) -> PodDevices:
         """The ask as dimensions and quota charges; asks are few, gangs many."""

@@ -3,7 +3,8 @@
 The cycle prepares every workload as if it had no claims; this reads what each
 pod set's claims ask (an unknown template or class, or a selector that does not
 compile, makes the gang invalid, naming the claim), gives every device its
-signature once all asks are known, and then:
+signature once all asks are known (a selector whose result is not a bool makes
+the gangs that ask for it invalid, and only them), and then:
 
 * adds each pod's device dimensions to its request, and what its devices
   charge to the gang's quota (a shared claim once);
@@ -46,6 +47,14 @@ def with_devices(catalog: DeviceCatalog, prepared: list[Prepared]) -> list[Prepa
         else:
             asks[position] = tuple(collected)
     catalog.settle()
+    for position, per_set in list(asks.items()):
+        pod_sets = out[position].workload.pod_sets
+        for pod_set, ask in zip(pod_sets, per_set, strict=True):
+            fault = catalog.fault(ask) if ask is not None else None
+            if fault is not None:
+                out[position] = _invalid(out[position], pod_set.path, fault)
+                del asks[position]
+                break
     # Gangs are many and their claims few: what a pod set's ask adds is worked out once.
     charges: dict[tuple[int, ...], tuple[dict[str, int], tuple[Mapping[str, str], ...]]] = {}
     for position, per_set in asks.items():

@@ -12,8 +12,10 @@ Outcomes:
 * a selector that does not parse, or reads a name other than ``device``, is
   an :class:`InvalidSpecError` naming it;
 * a result that is not a bool is one too (Kubernetes rejects such a selector
-  when the object is written; an interpreter without type checking can only
-  see it when it runs);
+  when the object is written; an interpreter without type checking sees it at
+  once only for a lone literal, list or map, and otherwise when it runs), and
+  so is an integer literal out of range, and a run past the cost budget
+  (:mod:`.celbudget`);
 * any other runtime error (a missing attribute, a bad ``semver("x")``, a
   wrong operand) means the device does not match here, and the error is
   kept: the kube-scheduler instead fails the whole allocation attempt when
@@ -28,6 +30,7 @@ it instead of 8,000 times.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +41,11 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
+from queue_controller.core.celbudget import BudgetedRunner, OverBudget
 from queue_controller.core.dra import AttrValue, Device, DeviceClass, DeviceRequest, Version
 from queue_controller.core.kubecel import FUNCTIONS, Quantity, Semver
 from queue_controller.core.requests import InvalidSpecError
+from queue_controller.errors import shown
 
 # Above this many cached verdicts the cache starts again, so devices that come
 # and go for ever cannot grow it without bound; far more than any cluster's
@@ -140,6 +145,9 @@ class Verdict:
 
     matches: bool
     error: str = ""
+    # The selector itself is at fault (its result is not a bool, or it costs
+    # too much): the cache raises InvalidSpecError with ``error`` each time.
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,11 @@ class Selector:
             result = self._runner.evaluate(_activation(device))
         except CELEvalError as error:
             return Verdict(False, _eval_message(error)[:_MAX_ERROR_CHARS])
+        except OverBudget as error:
+            raise InvalidSpecError(
+                f"selector {shown(self.expression)} costs too much to run: {error} "
+                "(Kubernetes limits a selector's cost too)"
+            ) from None
         if not isinstance(result, celtypes.BoolType):
             raise InvalidSpecError(
                 f"selector {self.expression!r} must evaluate to bool, "
@@ -241,6 +254,52 @@ def _reads(tree: lark.Tree[lark.Token]) -> frozenset[str] | None:
     return frozenset(names)
 
 
+_LITERAL_TYPES = {
+    "INT_LIT": "int",
+    "UINT_LIT": "uint",
+    "FLOAT_LIT": "double",
+    "STRING_LIT": "string",
+    "MLSTRING_LIT": "string",
+    "BYTES_LIT": "bytes",
+    "NULL_LIT": "null",
+}
+_INT_RANGES = {"INT_LIT": (-(2**63), 2**63 - 1), "UINT_LIT": (0, 2**64 - 1)}
+
+
+def _static_problem(tree: lark.Tree[lark.Token]) -> str:
+    """What the API's type check would refuse that can be seen without running it.
+
+    An integer literal out of range (cel-go: "invalid int literal"; cel-python
+    keeps any size, and Python refuses to even print one of 5,000 digits), and
+    a selector that is one literal, list or map, which is never a bool.  Any
+    other non-bool result is only seen when it runs (:meth:`Selector.evaluate`).
+    """
+    for token in tree.scan_values(lambda v: isinstance(v, lark.Token)):
+        bounds = _INT_RANGES.get(token.type)
+        if bounds is None:
+            continue
+        digits = str(token).lower().rstrip("u").lstrip("+-")
+        base = 16 if digits.startswith("0x") else 10
+        # Anything longer cannot be in range; int() is kept to short runs of digits.
+        if (
+            len(digits) > 21
+            or not bounds[0] <= int(str(token).lower().rstrip("u"), base) <= bounds[1]
+        ):
+            return f"integer literal {shown(str(token)[:30])} is out of range"
+    node = tree
+    while True:
+        subtrees = [c for c in node.children if isinstance(c, lark.Tree)]
+        if node.data in ("list_lit", "map_lit"):
+            return f"must evaluate to bool, not {node.data.removesuffix('_lit')}"
+        if node.data == "literal" and len(node.children) == 1:
+            literal = node.children[0]
+            kind = _LITERAL_TYPES.get(getattr(literal, "type", ""))
+            return f"must evaluate to bool, not {kind}" if kind else ""
+        if len(node.children) != 1 or len(subtrees) != 1:
+            return ""
+        node = subtrees[0]
+
+
 # The API server's limit on a DRA CEL selector (resource.k8s.io's
 # CELSelectorExpressionMaxLength, 10 Ki), checked before anything is parsed.
 MAX_SELECTOR_CHARS = 10 * 1024
@@ -272,27 +331,31 @@ def _too_deep(expression: str) -> bool:
 
 def compile_selector(expression: str) -> Selector:
     """Parse a selector; :class:`InvalidSpecError` naming it and the place if it does not parse."""
-    shown = expression[:80] + ("..." if len(expression) > 80 else "")
+    quoted = shown(expression)
     if len(expression) > MAX_SELECTOR_CHARS:
         raise InvalidSpecError(
-            f"selector {shown!r} is {len(expression)} characters, over the API's "
+            f"selector {quoted} is {len(expression)} characters, over the API's "
             f"limit of {MAX_SELECTOR_CHARS}"
         )
     if _too_deep(expression):
-        raise InvalidSpecError(
-            f"selector {shown!r} nests deeper than {MAX_SELECTOR_NESTING} levels"
-        )
+        raise InvalidSpecError(f"selector {quoted} nests deeper than {MAX_SELECTOR_NESTING} levels")
     try:
         return _compile(expression)
     except RecursionError:
-        raise InvalidSpecError(f"selector {shown!r} nests too deeply to compile") from None
+        raise InvalidSpecError(f"selector {quoted} nests too deeply to compile") from None
 
 
 def _compile(expression: str) -> Selector:
     global _environment
     if _environment is None:
-        # Building the parser takes a while; one serves every expression.
-        _environment = celpy.Environment()
+        # Building the parser takes a while; one serves every expression.  cel-python
+        # raises the process's recursion limit to 2500 as it does; put it back, as
+        # the nesting bound above keeps every selector far from the default.
+        limit = sys.getrecursionlimit()
+        try:
+            _environment = celpy.Environment(runner_class=BudgetedRunner)
+        finally:
+            sys.setrecursionlimit(limit)
     try:
         tree = _environment.compile(expression)
     except CELParseError as error:
@@ -302,6 +365,9 @@ def _compile(expression: str) -> Selector:
         raise InvalidSpecError(
             f"selector {expression!r} does not parse ({why} at {where}):\n{error.args[0]}"
         ) from None
+    problem = _static_problem(tree)
+    if problem:
+        raise InvalidSpecError(f"selector {shown(expression)}: {problem}")
     unknown = _undeclared(tree)
     if unknown:
         raise InvalidSpecError(
@@ -348,10 +414,17 @@ class SelectorCache:
         if verdict is None:
             selector = self.selector(expression)
             self.evaluations += 1
-            verdict = selector.evaluate(device)  # a non-bool result raises, and is not kept
+            try:
+                verdict = selector.evaluate(device)
+            except InvalidSpecError as error:
+                # Not a bool, or past the cost budget: kept too, so that a selector
+                # that ran for the whole budget is not run again every cycle.
+                verdict = Verdict(False, error.detail, refused=True)
             if len(self._verdicts) >= _MAX_VERDICTS:
                 self._verdicts.clear()
             self._verdicts[key] = verdict
+        if verdict.refused:
+            raise InvalidSpecError(verdict.error)
         return verdict
 
 

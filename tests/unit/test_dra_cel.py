@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from itertools import pairwise
 
 import pytest
@@ -322,3 +324,67 @@ def test_a_cached_verdict_equals_a_fresh_evaluation(devices: list[Device], selec
     for device in [*devices, *devices]:
         assert cache.verdict(selector, device) == fresh.evaluate(device)
     assert cache.evaluations == len({d.equivalence_key for d in devices})
+
+
+def test_a_selector_that_is_one_literal_is_refused_when_compiled() -> None:
+    for expression, kind in (
+        ("1", "int"),
+        ("'x'", "string"),
+        ("[true]", "list"),
+        ("(2.5)", "double"),
+    ):
+        with pytest.raises(InvalidSpecError, match=f"must evaluate to bool, not {kind}"):
+            compile_selector(expression)
+    assert compile_selector("true").evaluate(H100).matches
+
+
+def test_an_integer_literal_out_of_range_is_refused_without_printing_it() -> None:
+    # cel-go refuses these at parse time; Python cannot even print 5,000 digits.
+    for expression in (
+        "9" * 5000 + " > 0",
+        "9223372036854775808 > 0",
+        "18446744073709551616u > 0u",
+    ):
+        with pytest.raises(InvalidSpecError, match="is out of range"):
+            compile_selector(expression)
+    assert compile_selector("9223372036854775807 > 0").evaluate(H100).matches
+    assert compile_selector("18446744073709551615u > 0u").evaluate(H100).matches
+
+
+def test_building_the_interpreter_leaves_the_recursion_limit_as_it_was() -> None:
+    # cel-python raises it to 2500 for the whole process, a setting no library of
+    # the controller's should change behind its back (hypothesis warns of it too).
+    probe = (
+        "import sys; before = sys.getrecursionlimit(); "
+        "from queue_controller.core.dracel import compile_selector; compile_selector('true'); "
+        "assert sys.getrecursionlimit() == before, sys.getrecursionlimit()"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def _nested_all(levels: int) -> str:
+    expression = "true"
+    for level in range(levels):
+        expression = f"[0, 1, 2, 3, 4, 5, 6, 7, 8, 9].all(v{level}, {expression})"
+    return expression
+
+
+def test_a_selector_past_the_step_budget_is_refused_and_the_refusal_is_kept() -> None:
+    cache = SelectorCache()
+    # 10**2 turns are within the budget; 10**6 would take minutes unbounded.
+    assert cache.verdict(_nested_all(2), H100).matches
+    for _ in range(2):
+        with pytest.raises(InvalidSpecError, match=r"costs too much to run: it runs past 20,000"):
+            cache.verdict(_nested_all(6), H100)
+    assert cache.evaluations == 2  # the refusal was kept: not run again
+
+
+def test_a_selector_building_a_huge_value_is_refused() -> None:
+    # Each level doubles the string: 2**30 copies of it, unbounded.
+    levels = 30
+    body = f"size(v{levels}) > 0"
+    for level in reversed(range(levels)):
+        body = f"[v{level} + v{level}].all(v{level + 1}, {body})"
+    expression = f'["{"a" * 100}"].all(v0, {body})'
+    with pytest.raises(InvalidSpecError, match="builds a value of more than 65,536 items"):
+        compile_selector(expression).evaluate(H100)

@@ -258,3 +258,43 @@ def test_a_class_of_other_devices_is_not_matched() -> None:
         )
     )["m"]
     assert decision.reason is Reason.NO_NODE_FIT
+
+
+def test_a_selector_that_runs_to_a_non_bool_makes_only_its_gangs_invalid() -> None:
+    # `index` is an int: only running the selector shows its result is not a bool.
+    # Kubernetes' type check refuses it when written; here the gangs that ask for
+    # it are InvalidSpec, named with the claim, and the cycle goes on for the rest.
+    bad = template("by-index", exactly("gpus", 1, f'device.attributes["{NV}"].index'))
+    decisions = decide(
+        snapshot(
+            {"h100-0": EIGHT_H100},
+            job("bad", from_template("by-index"), created=1.0),
+            job("also-bad", from_template("by-index"), created=2.0),
+            job("healthy", from_template("h100-x4"), created=3.0),
+            templates=[bad, H100_X4],
+        )
+    )
+    for name in ("bad", "also-bad"):
+        assert (decisions[name].verdict, decisions[name].reason) == (
+            Verdict.INVALID,
+            Reason.INVALID_SPEC,
+        )
+        assert "ResourceClaimTemplate by-index" in decisions[name].message
+        assert "resourceClaims[0]" in decisions[name].message
+        assert "must evaluate to bool, not int" in decisions[name].message
+    assert decisions["healthy"].verdict is Verdict.ADMIT
+
+
+def test_a_device_class_selector_that_runs_to_a_non_bool_is_named_as_the_class_s() -> None:
+    broken = replace(GPU_CLASS, selectors=(f'device.attributes["{NV}"].productName',))
+    decisions = decide(
+        snapshot(
+            {"h100-0": EIGHT_H100},
+            job("train", from_template("h100-x4")),
+            templates=[H100_X4],
+            classes=[broken],
+        )
+    )
+    assert decisions["train"].verdict is Verdict.INVALID
+    assert f"DeviceClass {NV}:" in decisions["train"].message
+    assert "must evaluate to bool, not string" in decisions["train"].message
