@@ -16,6 +16,7 @@ Two kinds of problem, kept apart:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -25,7 +26,7 @@ from typing import Any
 import yaml
 
 from queue_controller.core.model import Snapshot
-from queue_controller.errors import DumpError, InputError
+from queue_controller.errors import DumpError, InputError, plain, shown
 from queue_controller.kube.fields import describe, get
 from queue_controller.kube.snapshot import Located, Translation, is_supported, translate
 
@@ -224,6 +225,10 @@ def read_objects(source: str, text: str) -> list[Located]:
     return located
 
 
+# What a kind can be named: Kubernetes' kinds are CamelCase identifiers.
+_KIND = re.compile(r"[A-Za-z][A-Za-z0-9]{0,62}")
+
+
 @dataclass(frozen=True, slots=True)
 class Loaded:
     snapshot: Snapshot
@@ -239,19 +244,26 @@ def load_dump(
     for source, text in sources:
         located.extend(read_objects(source, text))
     kept = []
+    malformed: list[LeftOut] = []
     for item in located:
+        kind = item.obj.get("kind")
         if is_supported(item.obj):
             kept.append(item)
+        elif not (isinstance(kind, str) and _KIND.fullmatch(kind)):
+            # Not another kind, but no kind at all: a bad object, named and left out.
+            why = f"{shown(kind)} is not a kind (a name such as Job: a letter, then letters "
+            malformed.append(LeftOut(item.where, "kind", why + "and digits, at most 63)"))
         elif not ignore_unknown:
             raise DumpError(
-                f"unsupported kind {item.obj.get('apiVersion')}/{item.obj.get('kind')}; plan "
+                f"unsupported kind {plain(item.obj.get('apiVersion'))}/{kind}; plan "
                 "reads Nodes, Pods, Jobs, PriorityClasses, Queues, TeamQuotas, Cohorts, "
                 "Topologies, PodGroups, DeviceClasses, ResourceSlices, ResourceClaims and "
                 "ResourceClaimTemplates (pass --ignore-unknown to skip the rest)",
                 where=item.where,
             )
     translation, left = translate_all(kept, now=now)
-    return Loaded(translation.snapshot, len(located) - len(kept), tuple(left))
+    skipped = len(located) - len(kept) - len(malformed)
+    return Loaded(translation.snapshot, skipped, (*malformed, *left))
 
 
 def load_snapshot(

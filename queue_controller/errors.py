@@ -7,6 +7,8 @@ of a traceback.  Anything else that escapes is a bug in this program.
 
 from __future__ import annotations
 
+import reprlib
+
 
 class QueueControllerError(Exception):
     """Root of every error this package raises on purpose."""
@@ -77,3 +79,36 @@ class UnreadableObject(InputError):
         if isinstance(located, UnreadableObject):
             located.bug = self.bug
         return located
+
+
+class _Bounded(reprlib.Repr):
+    """``repr`` cut short in depth, width and length.
+
+    A tenant's value may be 5,000 levels deep (``repr`` then exhausts the stack) or
+    an integer of thousands of digits (Python refuses to turn it into text), and a
+    message quoting it must still be one short line.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple = 3, 4, 4, 4
+        self.maxstring, self.maxother = 80, 60
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 64:
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_BOUNDED = _Bounded()
+
+
+def shown(value: object) -> str:
+    """A user's value as an error message quotes it: at most 100 characters, never deep."""
+    text = _BOUNDED.repr(value)
+    return text if len(text) <= 100 else f"{text[:97]}..."
+
+
+def plain(value: object) -> str:
+    """A string as written (a name, a kind), anything else as :func:`shown` quotes it."""
+    return value if isinstance(value, str) else shown(value)

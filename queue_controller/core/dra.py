@@ -17,7 +17,7 @@ from functools import cached_property
 from queue_controller.core.kubecel import Semver
 from queue_controller.core.quantity import QuantityInput, parse_milli
 from queue_controller.core.requests import InvalidSpecError
-from queue_controller.errors import QuantityError
+from queue_controller.errors import QuantityError, shown
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def _attribute(raw: Mapping[str, object], field_name: str) -> AttrValue:
             return Version(value)
         except InvalidSpecError as error:
             raise InvalidSpecError(error.detail, field=field_name) from None
-    raise InvalidSpecError(f"{value!r} is not a {kind}", field=field_name)
+    raise InvalidSpecError(f"{shown(value)} is not a {kind}", field=field_name)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-from queue_controller.errors import QuantityError
+from queue_controller.errors import QuantityError, shown
 
 # Same grammar as apimachinery's quantity: a signed decimal number, then a
 # binary-SI suffix, a decimal-SI suffix, or a decimal exponent.
@@ -62,32 +62,24 @@ QuantityInput = str | int | float
 def parse_quantity(value: QuantityInput) -> Fraction:
     """Parse a quantity exactly; raise :class:`QuantityError` if it is not one."""
     if isinstance(value, bool):  # bool is an int subclass; `true` is never a quantity
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(f"{shown(value)} is not a quantity")
     if isinstance(value, int):
         if abs(value) > MAX_AMOUNT:
-            raise QuantityError(f"{_shown(value)} is out of range (at most {MAX_AMOUNT})")
+            raise QuantityError(f"{shown(value)} is out of range (at most {MAX_AMOUNT})")
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise QuantityError(f"{value!r} is not a quantity")
+            raise QuantityError(f"{shown(value)} is not a quantity")
         if abs(value) > MAX_AMOUNT:
-            raise QuantityError(f"{value!r} is out of range (at most {MAX_AMOUNT})")
+            raise QuantityError(f"{shown(value)} is out of range (at most {MAX_AMOUNT})")
         return _on_nano_grid(Fraction(repr(value)))
     if not isinstance(value, str):
-        raise QuantityError(f"{_shown(value)} is not a quantity (expected a string or a number)")
+        raise QuantityError(f"{shown(value)} is not a quantity (expected a string or a number)")
     if len(value) > MAX_QUANTITY_CHARS:
         raise QuantityError(
-            f"{_shown(value)} is not a quantity: longer than {MAX_QUANTITY_CHARS} characters"
+            f"{shown(value)} is not a quantity: longer than {MAX_QUANTITY_CHARS} characters"
         )
     return _parse_text(value)
-
-
-def _shown(value: object) -> str:
-    """A value for a message, cut short; a huge int is not turned into digits at all."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    text = repr(value[:40] if isinstance(value, str) else value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _on_nano_grid(amount: Fraction) -> Fraction:
@@ -103,7 +95,7 @@ def _on_nano_grid(amount: Fraction) -> Fraction:
 def _parse_text(value: str) -> Fraction:
     match = _QUANTITY.match(value)  # no surrounding spaces, as in apimachinery
     if match is None or (match["whole"] is None and not match["fraction"]):
-        raise QuantityError(f"{_shown(value)} is not a quantity (examples: 2, 500m, 16Gi, 1e3)")
+        raise QuantityError(f"{shown(value)} is not a quantity (examples: 2, 500m, 16Gi, 1e3)")
     whole, fraction = match["whole"] or "", match["fraction"] or ""
     # The amount is digits * 10**exponent * 2**binary, with digits a whole number.
     digits = int(whole + fraction)
@@ -115,7 +107,7 @@ def _parse_text(value: str) -> Fraction:
         written = suffix[1:].lstrip("+-").lstrip("0")
         # strconv.ParseInt(exponent, 10, 64) would fail: apimachinery's ErrSuffix.
         if len(written) > _INT64_DIGITS or not -MAX_AMOUNT - 1 <= int(suffix[1:]) <= MAX_AMOUNT:
-            raise QuantityError(f"{_shown(value)} is not a quantity: its exponent is not an int64")
+            raise QuantityError(f"{shown(value)} is not a quantity: its exponent is not an int64")
         exponent += int(suffix[1:])
     else:
         exponent += _DECIMAL_EXPONENTS[suffix]
@@ -125,13 +117,13 @@ def _parse_text(value: str) -> Fraction:
     # 10**(size - 1 + exponent) <= digits * 10**exponent < 10**(size + exponent).
     size = len(str(digits))
     if size - 1 + exponent > _INT64_DIGITS - 1:  # at least 10**19, above int64
-        raise QuantityError(f"{_shown(value)} is out of range (at most {MAX_AMOUNT})")
+        raise QuantityError(f"{shown(value)} is out of range (at most {MAX_AMOUNT})")
     sign = -1 if match["sign"] == "-" else 1
     if size + exponent < -9 and not binary:  # below one nano-unit: rounded up to it
         return Fraction(sign, _NANO)
     amount = Fraction(sign * digits * 2**binary) * Fraction(10) ** exponent
     if abs(amount) > MAX_AMOUNT:
-        raise QuantityError(f"{_shown(value)} is out of range (at most {MAX_AMOUNT})")
+        raise QuantityError(f"{shown(value)} is out of range (at most {MAX_AMOUNT})")
     return _on_nano_grid(amount)
 
 
@@ -146,7 +138,7 @@ def exact_and_milli(value: QuantityInput) -> tuple[Fraction, int]:
     try:
         return _exact_and_milli(value)
     except TypeError:  # unhashable (a list where a quantity belongs): not a quantity
-        raise QuantityError(f"{value!r} is not a quantity") from None
+        raise QuantityError(f"{shown(value)} is not a quantity") from None
 
 
 def to_milli(amount: Fraction) -> int:

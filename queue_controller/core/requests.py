@@ -15,7 +15,7 @@ from functools import lru_cache
 from queue_controller.core.model import Container, PodTemplate
 from queue_controller.core.quantity import QuantityInput, exact_and_milli
 from queue_controller.core.resources import ONE, PODS, add, is_extended
-from queue_controller.errors import InputError, QuantityError
+from queue_controller.errors import InputError, QuantityError, shown
 
 
 class InvalidSpecError(InputError):
@@ -33,7 +33,7 @@ def _parse_all(
         except QuantityError as error:
             raise InvalidSpecError(error.detail, field=f"{field}[{name}]") from None
         if amount[0] < 0:
-            raise InvalidSpecError(f"{raw!r} is negative", field=f"{field}[{name}]")
+            raise InvalidSpecError(f"{shown(raw)} is negative", field=f"{field}[{name}]")
         parsed[name] = amount
     return parsed
 

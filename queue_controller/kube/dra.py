@@ -25,7 +25,7 @@ from queue_controller.core.dra import (
     ResourceSlice,
 )
 from queue_controller.core.requests import InvalidSpecError
-from queue_controller.errors import InputError
+from queue_controller.errors import InputError, shown
 from queue_controller.kube.fields import Obj, describe, get, objects, strings
 
 __all__ = [
@@ -78,7 +78,7 @@ def _exact(obj: Obj, name: str) -> DeviceRequest:
     device_class = _required(obj, "deviceClassName")
     mode = get(obj, "allocationMode", str, "ExactCount")
     if mode not in _MODES:
-        raise InputError(f"{mode!r} is not one of {', '.join(_MODES)}", field="allocationMode")
+        raise InputError(f"{shown(mode)} is not one of {', '.join(_MODES)}", field="allocationMode")
     count = get(obj, "count", int, 1)
     if mode == "All" and "count" in obj and obj["count"] is not None:
         raise InputError("count is for allocationMode ExactCount only", field="count")
@@ -156,12 +156,12 @@ def _device(item: Obj, driver: str) -> Device:
     attributes: dict[str, Mapping[str, object]] = {}
     for key, raw in get(item, "attributes", dict, {}).items():
         if not isinstance(raw, Mapping):
-            raise InputError(f"expected an object, got {raw!r}", field=f"attributes[{key}]")
+            raise InputError(f"expected an object, got {shown(raw)}", field=f"attributes[{key}]")
         attributes[str(key)] = raw
     capacity: dict[str, Mapping[str, Any]] = {}
     for key, raw in get(item, "capacity", dict, {}).items():
         if not isinstance(raw, Mapping):
-            raise InputError(f"expected an object, got {raw!r}", field=f"capacity[{key}]")
+            raise InputError(f"expected an object, got {shown(raw)}", field=f"capacity[{key}]")
         capacity[str(key)] = raw
     shared = get(item, "allowMultipleAllocations", bool, False)
     try:

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from functools import cache, lru_cache
 from typing import Any, TypeVar
 
-from queue_controller.errors import InputError
+from queue_controller.errors import InputError, plain, shown
 
 T = TypeVar("T")
 
@@ -46,10 +46,17 @@ def describe(obj: Obj) -> str:
     """``Kind/namespace/name`` for messages."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
-    kind = obj.get("kind", "object")
-    name = meta.get("name", "<unnamed>")
-    namespace = meta.get("namespace")
-    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+    # Each part as written when it is a string, else quoted short (a tenant's name
+    # may be a 5,000-deep list, or its kind a 5,000-digit number).
+    kind, name, namespace = (
+        plain(part)
+        for part in (
+            obj.get("kind", "object"),
+            meta.get("name", "<unnamed>"),
+            meta.get("namespace"),
+        )
+    )
+    return f"{kind}/{namespace}/{name}" if meta.get("namespace") else f"{kind}/{name}"
 
 
 @cache
@@ -74,17 +81,17 @@ def get(obj: Obj, path: str, kind: type[T], default: T) -> T:
             return default
     if kind is float and isinstance(node, int) and not isinstance(node, bool):
         if not INT64_MIN <= node <= INT64_MAX:
-            raise InputError(f"{_short(node)} is out of range", field=path)
+            raise InputError(f"{shown(node)} is out of range", field=path)
         node = float(node)
     # Bounded first, while node is still Any: an int past int64 or a float past
     # finite is no value the API server could have given.
     if type(node) is int and not INT64_MIN <= node <= INT64_MAX:
-        raise InputError(f"{_short(node)} is out of range (an int64)", field=path)
+        raise InputError(f"{shown(node)} is out of range (an int64)", field=path)
     if type(node) is float and not math.isfinite(node):
-        raise InputError(f"{node!r} is not a finite number", field=path)
+        raise InputError(f"{shown(node)} is not a finite number", field=path)
     if not isinstance(node, kind) or (kind is int and isinstance(node, bool)):
         raise InputError(
-            f"expected {_type_name(kind)}, got {type(node).__name__} {_short(node)}", field=path
+            f"expected {_type_name(kind)}, got {type(node).__name__} {shown(node)}", field=path
         )
     return node
 
@@ -96,27 +103,15 @@ def whole_number(raw: object, *, field: str, maximum: int = INT64_MAX) -> int:
     ``int()`` on anything but a short run of ASCII digits.
     """
     if not isinstance(raw, str):
-        raise InputError(f"expected a string of digits, got {_short(raw)}", field=field)
+        raise InputError(f"expected a string of digits, got {shown(raw)}", field=field)
     if not (raw.isascii() and raw.isdigit()):
-        raise InputError(f"{_short(raw)} is not a whole number (ASCII digits 0-9)", field=field)
+        raise InputError(f"{shown(raw)} is not a whole number (ASCII digits 0-9)", field=field)
     if len(raw.lstrip("0")) > _INT64_DIGITS:
-        raise InputError(f"{_short(raw)} is too large (at most {maximum})", field=field)
+        raise InputError(f"{shown(raw)} is too large (at most {maximum})", field=field)
     value = int(raw)
     if value > maximum:
         raise InputError(f"{raw} is too large (at most {maximum})", field=field)
     return value
-
-
-def _short(value: object) -> str:
-    """A value for a message: its repr, cut short (a value may be megabytes long).
-
-    A huge int is not turned into text at all: its repr alone is quadratic, and
-    Python refuses it past 4,300 digits.
-    """
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    text = repr(value) if not isinstance(value, str | bytes) else repr(value[:80])
-    return text if len(text) <= 100 else f"{text[:97]}..."
 
 
 def objects(obj: Obj, path: str) -> list[Mapping[str, Any]]:
@@ -134,7 +129,7 @@ def strings(obj: Obj, path: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in raw.items():
         if not isinstance(value, str):
-            raise InputError(f"expected a string, got {value!r}", field=f"{path}.{key}")
+            raise InputError(f"expected a string, got {shown(value)}", field=f"{path}.{key}")
         out[str(key)] = value
     return out
 
@@ -149,10 +144,10 @@ def timestamp(obj: Obj, path: str) -> float | None:
     if isinstance(raw, datetime):  # YAML loaders turn unquoted timestamps into datetimes
         return epoch_seconds(raw)
     if not isinstance(raw, str):
-        raise InputError(f"expected an RFC 3339 time, got {raw!r}", field=path)
+        raise InputError(f"expected an RFC 3339 time, got {shown(raw)}", field=path)
     seconds = _rfc3339(raw)
     if seconds is None:
-        raise InputError(f"{raw!r} is not an RFC 3339 time", field=path)
+        raise InputError(f"{shown(raw)} is not an RFC 3339 time", field=path)
     return seconds
 
 

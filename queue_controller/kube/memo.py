@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from queue_controller.errors import InputError, UnreadableObject
+from queue_controller.errors import InputError, UnreadableObject, plain
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -58,7 +58,9 @@ def key_of(obj: Obj) -> _Key | None:
     namespace, name = meta.get("namespace") or "", meta.get("name")
     if not isinstance(name, str) or not isinstance(namespace, str):
         return None
-    return str(obj.get("kind", "")), namespace, name
+    kind = obj.get("kind", "")
+    # A kind that is not a string (a 5,000-digit number, say) is quoted short.
+    return plain(kind), namespace, name
 
 
 @dataclass(frozen=True, slots=True)

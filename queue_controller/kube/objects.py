@@ -32,7 +32,7 @@ from queue_controller.core.model import (
     Topology,
 )
 from queue_controller.core.quantity import parse_milli
-from queue_controller.errors import InputError, QuantityError
+from queue_controller.errors import InputError, QuantityError, shown
 from queue_controller.kube import nodehealth
 from queue_controller.kube.fields import Obj, get, objects, strings
 
@@ -67,7 +67,7 @@ def _requirements(term: Obj, path: str) -> tuple[SelectorRequirement, ...]:
     for i, item in enumerate(objects(term, path)):
         operator = get(item, "operator", str, "")
         if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
-            raise InputError(f"unknown operator {operator!r}", field=f"{path}[{i}].operator")
+            raise InputError(f"unknown operator {shown(operator)}", field=f"{path}[{i}].operator")
         values = get(item, "values", list, [])
         out.append(
             SelectorRequirement(

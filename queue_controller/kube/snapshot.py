@@ -32,7 +32,7 @@ from queue_controller.core.model import (
     Topology,
 )
 from queue_controller.core.requests import InvalidSpecError
-from queue_controller.errors import InputError, UnreadableObject
+from queue_controller.errors import InputError, UnreadableObject, plain
 from queue_controller.kube import dra, kinds, objects
 from queue_controller.kube.fields import Obj, describe, get
 from queue_controller.kube.fields import objects as objects_of
@@ -195,7 +195,7 @@ def _collect_one(item: Located, into: _Collected, memo: TranslationMemo) -> None
         if head is not None:  # None: not in a queue, not ours to hold
             into.heads[str(kind)].append((item, *head))
     else:
-        raise InputError(f"unsupported kind {obj.get('apiVersion')}/{kind}")
+        raise InputError(f"unsupported kind {plain(obj.get('apiVersion'))}/{plain(kind)}")
 
 
 def _identity(item: Located) -> tuple[str, str, str]:
