@@ -122,12 +122,12 @@ class Planner:
         out: list[act.Action] = []
         broken = isinstance(gang.gang, BrokenGang)
         if gang.group is None:
-            body = gang.new_group()
-            if broken:
-                body["metadata"]["annotations"] = {PROVISIONAL: "true"}
-            out.append(act.CreatePodGroup(subject=who, body=body))
+            out.append(act.CreatePodGroup(subject=who, body=gang.new_group()))
         elif (
-            not broken and PROVISIONAL in gang.group.model.metadata.annotations and not gang.holding
+            not broken
+            and gang.size >= 1
+            and PROVISIONAL in gang.group.model.metadata.annotations
+            and not gang.holding
         ):
             # Its gang reads again: made anew next cycle, sized as the gang now says.
             why = "its gang can be read again; made anew with the gang's own size"

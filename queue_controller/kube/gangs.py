@@ -16,6 +16,7 @@ from queue_controller.core.model import PodSet, Queue, Workload, WorkloadPhase
 from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.kinds import QUEUE_LABEL, KindGang, WorkloadKind
 from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP
+from queue_controller.kube.unread import PROVISIONAL, BrokenGang
 from queue_controller.kube.views import MemberPod, Ref
 
 # Set on every PodGroup the controller creates: which kind of gang it is for.
@@ -111,14 +112,23 @@ class GangView:
             refs.append(self.group.ref)
         return tuple(refs)
 
-    def new_group(self) -> dict[str, Any]:
-        """The PodGroup to create for a gang that has none yet."""
+    @property
+    def size(self) -> int:
+        """Members the gang says it needs; 0 when it cannot say (its spec is invalid)."""
         facts = self.gang.facts
-        size = facts.gang_size if facts.gang_size is not None else self.workload.gang_size
-        spec: dict[str, Any] = {"queue": facts.queue, "minMember": size}
+        return facts.gang_size if facts.gang_size is not None else self.workload.gang_size
+
+    def new_group(self) -> dict[str, Any]:
+        """The PodGroup to create for a gang that has none yet.
+
+        A gang that cannot say its size gets a provisional PodGroup of one member
+        (the CRD refuses a minMember below 1), made anew once it can.
+        """
+        facts = self.gang.facts
+        spec: dict[str, Any] = {"queue": facts.queue, "minMember": max(self.size, 1)}
         if facts.timeout_seconds is not None:
             spec["timeoutSeconds"] = facts.timeout_seconds
-        return {
+        body: dict[str, Any] = {
             "apiVersion": POD_GROUP.api_version,
             "kind": POD_GROUP.kind,
             "metadata": {
@@ -129,6 +139,9 @@ class GangView:
             },
             "spec": spec,
         }
+        if self.size < 1 or isinstance(self.gang, BrokenGang):
+            body["metadata"]["annotations"] = {PROVISIONAL: "true"}
+        return body
 
 
 class GroupIndex:
@@ -229,7 +242,9 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
     nominated: dict[str, dict[str, int]] = {}
     if group is not None:
         model = group.model
-        if len(pod_sets) == 1 and model.spec.minMember != pod_sets[0].min_count:
+        # A provisional PodGroup's minMember says nothing of the gang (kube/unread.py).
+        provisional = PROVISIONAL in model.metadata.annotations
+        if len(pod_sets) == 1 and model.spec.minMember != pod_sets[0].min_count and not provisional:
             only = pod_sets[0]
             pod_sets = (
                 PodSet(only.name, only.template, only.count, model.spec.minMember, only.path),

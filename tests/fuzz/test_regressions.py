@@ -19,37 +19,6 @@ import pytest
 
 from tests.fuzz.harness import REGRESSIONS, Outcome, plan_file_isolated
 
-# Regressions that fail until another engineer's fix for issue 22 lands.  The lead
-# removes each name here once that fix is integrated (strict: an unexpected pass
-# fails, so a stale entry is noticed).
-_H1 = "h1: bounded parsing (kube/fields.py, kube/kinds, core/quantity.py, core/dracel.py)"
-_H2 = "h2: a per-object boundary (kube/snapshot.py, controller/loop.py)"
-_H5 = "h5: plan decides the healthy gangs and names the bad object (cli/plan.py, dump.py)"
-PENDING_FIXES: dict[str, str] = {
-    # A 5,000-digit number as a selector: the dump reader now keeps its digits, and
-    # plan then reads it as a selector that matches nothing instead of refusing it.
-    "cel-expression-a-huge-integer": _H1 + "; " + _H5,
-    # The CEL parser recurses once per parenthesis (core/dracel.py).
-    "cel-nested-deeply": _H1 + "; " + _H2,
-    # A non-bool result raises InvalidSpecError from the core's cycle (dracel.py:164),
-    # outside the translation's per-object boundary: the whole cycle fails.
-    "cel-not-a-bool": _H1 + "; " + _H2,
-    "cel-string-not-a-bool": _H1 + "; " + _H2,
-    "deviceclass-cel-not-a-bool": _H1 + "; " + _H2,
-    # No length limit on a selector yet (the API server's is 10 Ki characters).
-    "cel-past-size-limit": _H1,
-    # 5,000 deep: repr() of the value in an error message recurses (core/quantity.py
-    # _shown, kube/fields.py); the boundary catches most as UnreadableObject, which
-    # names no field, and a deep metadata.name escapes it from describe().
-    "creation-timestamp-deep-nesting": _H1,
-    "limits-deep-nesting": _H1,
-    "name-nested-deeply": _H1 + "; " + _H2,
-    # describe()'s f-string of a 5,000-digit kind raises ValueError past the boundary.
-    "kind-a-huge-integer": _H1 + "; " + _H2,
-    "node-allocatable-deep-nesting": _H1,
-    "request-value-deep-nesting": _H1,
-}
-
 DUMPS = sorted(REGRESSIONS.glob("*.yaml"))
 
 
@@ -59,20 +28,13 @@ def _header(path: Path) -> dict[str, str]:
 
 
 def _params() -> list[object]:
-    out: list[object] = []
-    for path in DUMPS:
-        marks = []
-        if path.stem in PENDING_FIXES:
-            marks.append(pytest.mark.xfail(strict=True, reason=PENDING_FIXES[path.stem]))
-        out.append(pytest.param(path, id=path.stem, marks=marks))
-    return out
+    return [pytest.param(path, id=path.stem) for path in DUMPS]
 
 
 def test_every_regression_dump_says_what_it_expects() -> None:
     assert DUMPS, "no regression dumps"
     for path in DUMPS:
         assert {"object", "field", "admit"} <= set(_header(path)), path.name
-    assert set(PENDING_FIXES) <= {p.stem for p in DUMPS}, "a pending fix names no dump"
 
 
 def _names(text: str, expect: dict[str, str]) -> bool:

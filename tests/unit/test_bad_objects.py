@@ -480,3 +480,23 @@ def test_the_core_names_a_left_out_team_quota_and_queue_and_keeps_not_found_apar
     decided = {d.workload.split("/")[0]: d for d in schedule(snap).decisions}
     assert decided["a"].message == "TeamQuota team-a was left out: TeamQuota/team-a: spec: bad"
     assert decided["b"].message == "Queue b/q was left out: Queue/b/q: spec: bad"
+
+
+def test_a_gang_of_nobody_gets_a_provisional_pod_group_of_one_until_it_says_its_size() -> None:
+    # The CRD refuses minMember 0, so a Job whose min-member is 0 gets a PodGroup of
+    # one, marked provisional: it is not taken as the gang's size, and it is kept
+    # (not remade every cycle) while the Job stays invalid.
+    run = Run([*healthy(), job("a", "nobody", **{"queue-controller.io/min-member": "0"})])
+    for _ in range(3):
+        assert run.turn()
+        group = run.group("a", "nobody")
+        assert group["spec"]["minMember"] == 1
+        assert group["metadata"]["annotations"] == {PROVISIONAL: "true"}
+        assert group["status"]["phase"] != "Admitted"
+        assert group["status"]["conditions"][0]["reason"] == "InvalidSpec"
+    assert run.admitted() == HEALTHY
+    fixed = job("a", "nobody", **{"queue-controller.io/min-member": "2"})
+    fixed["metadata"]["resourceVersion"] = "50"
+    run.state.upsert(fixed)
+    assert run.turn()
+    assert run.gateway.held("PodGroup", "a", "nobody") is None  # made anew with its size

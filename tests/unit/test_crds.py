@@ -842,7 +842,7 @@ VALID = {
             "requeue": {"backoffBaseSeconds": 30, "backoffMaxSeconds": 30, "backoffLimit": 0},
         }
     ),
-    "pg-minimal": podgroup({"queue": "training", "minMember": 0}),
+    "pg-minimal": podgroup({"queue": "training", "minMember": 1}),
     "pg-topology-assignment": podgroup(
         PG_SPEC,
         status={
@@ -967,6 +967,15 @@ def test_both_accept(obj: dict[str, Any]) -> None:
 def test_both_reject(obj: dict[str, Any]) -> None:
     assert crd_errors(obj) != []
     assert pydantic_errors(obj) != []
+
+
+def test_a_podgroup_of_no_members_is_refused_by_the_crd_but_read_by_the_model() -> None:
+    # On purpose: the API server refuses a new one, and one written before the CRD
+    # said so is still read, so that its gang is InvalidSpec by name (kube/gangs.py)
+    # rather than its PodGroup left out as unreadable.
+    zero = podgroup({"queue": "training", "minMember": 0})
+    assert any("minMember" in error for error in crd_errors(zero))
+    assert pydantic_errors(zero) == []
 
 
 @dataclass(frozen=True)
