@@ -198,13 +198,42 @@ def placeholder(name: str, node: str, gpus: int) -> dict[str, Any]:
     }
 
 
+def create_placeholder(marks: Marks, namespace: str, body: dict[str, Any]) -> Obj:
+    """Create a placeholder pod, or say why the fault cannot be injected with one.
+
+    A quota or an admission policy may refuse it: in a managed namespace the chart's
+    policies refuse an accelerator pod with no queue label, and one with
+    ``spec.nodeName``.  Then nothing takes the GPUs, and the run must not judge the
+    controller for a fault that never happened."""
+    name = get(body, "metadata.name", str, "")
+    try:
+        return marks.pod(namespace, body)
+    except gw.NotFound:
+        raise NotInjected(f"no namespace {namespace} for the placeholder Pod") from None
+    except gw.TransportError:
+        raise
+    except gw.GatewayError as refused:
+        why = (
+            f"the placeholder Pod {namespace}/{name} was refused: {refused} "
+            "(give --placeholder-namespace, a namespace where it may run)"
+        )
+        raise NotInjected(why) from None
+
+
 def gpu_steal(
-    gang: GangSeen, node: Obj, pods: list[Obj], *, run: str, clock: Callable[[], float] = time.time
+    gang: GangSeen,
+    node: Obj,
+    pods: list[Obj],
+    *,
+    run: str,
+    placeholder_namespace: str | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Injection:
     """A pod outside any queue takes the GPUs the gang planned on the node before its
     members bind there: the node is tainted while the members bound there are deleted and
     the placeholder is bound (sized to exactly the GPUs free then, so that no node is ever
-    over-committed), then the taint comes off and the members meet a full node."""
+    over-committed), then the taint comes off and the members meet a full node.  The
+    placeholder goes to ``placeholder_namespace`` (default: the gang's)."""
     holding(gang)
     name = get(node, "metadata.name", str, "")
     bound = [m for m in gang.live if m.node == name]
@@ -227,10 +256,11 @@ def gpu_steal(
     if free <= 0:
         raise InputError(f"Node {name} has no GPU free to steal", field="--node")
     pod_name = f"chaos-{run}"[:63]
+    where = placeholder_namespace or gang.namespace
     steps = [f"taint Node {name} {TAINT_KEY}=<run>:NoSchedule (members cannot bind meanwhile)"]
     steps += [f"delete Pod {gang.namespace}/{m.name} on {name}" for m in bound]
     steps += [
-        f"bind placeholder Pod {gang.namespace}/{pod_name} (outside any queue) to {name}, "
+        f"bind placeholder Pod {where}/{pod_name} (outside any queue) to {name}, "
         f"requesting every GPU free there ({free} now)",
         f"remove the taint from Node {name}: the gang's members meet a node without free GPUs",
     ]
@@ -244,7 +274,7 @@ def gpu_steal(
         now_free = free_gpus(current, marks.gateway.list(gw.POD))
         if now_free <= 0:
             raise NotInjected(f"Node {name} has no GPU free to steal any more")
-        marks.pod(gang.namespace, placeholder(pod_name, name, now_free))
+        create_placeholder(marks, where, placeholder(pod_name, name, now_free))
         marks.untaint(name)
 
     return Injection(

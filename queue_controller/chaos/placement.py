@@ -22,7 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from queue_controller.chaos.confirm import MethodName, NotInjected, choose_method
-from queue_controller.chaos.experiments import GPU, Injection, free_gpus, holding
+from queue_controller.chaos.experiments import (
+    GPU,
+    Injection,
+    create_placeholder,
+    free_gpus,
+    holding,
+)
 from queue_controller.chaos.marks import TAINT_KEY, Marks
 from queue_controller.chaos.observe import GangSeen, Member
 from queue_controller.errors import InputError
@@ -177,15 +183,7 @@ def _place(marks: Marks, namespace: str, name: str, node: str, leaving: list[str
     want = free_gpus(current, marks.gateway.list(gw.POD), leaving=leaving)
     if want <= 0:
         raise NotInjected(f"Node {node} has no GPU for a placeholder to take")
-    try:
-        made = marks.pod(namespace, waiting_placeholder(name, node, want))
-    except gw.NotFound:
-        raise NotInjected(f"no namespace {namespace} for the placeholder Pod") from None
-    except gw.TransportError:
-        raise
-    except gw.GatewayError as refused:  # a quota, a policy: nothing takes the GPUs
-        why = f"the placeholder Pod {namespace}/{name} was refused: {refused}"
-        raise NotInjected(why) from None
+    made = create_placeholder(marks, namespace, waiting_placeholder(name, node, want))
     gates = [g.get("name", "") for g in objects(made, "spec.schedulingGates")]
     if gates:
         # A webhook holds it (a namespace whose pods are all queued): it would queue, not

@@ -198,9 +198,17 @@ def gpu_fault(common: Common, *, node: str, job: str | None, xid: int, gpu: int)
 @chaos_group.command("gpu-steal")
 @click.option("--node", required=True, metavar="NODE", help="A node the gang is planned on.")
 @click.option("--job", metavar="NS/NAME", help="The gang (default: the one on --node).")
+@click.option(
+    "--placeholder-namespace",
+    metavar="NAMESPACE",
+    help="Where the placeholder pod goes [default: the Job's]; in a managed namespace the "
+    "admission policies refuse it.",
+)
 @common_options
 @with_common
-def gpu_steal(common: Common, *, node: str, job: str | None) -> None:
+def gpu_steal(
+    common: Common, *, node: str, job: str | None, placeholder_namespace: str | None
+) -> None:
     """A pod outside any queue takes the GPUs a gang planned on a node.
 
     \b
@@ -209,7 +217,9 @@ def gpu_steal(common: Common, *, node: str, job: str | None) -> None:
     there then, and takes the taint off: the members planned there can never
     bind.  Expects the gang evicted at its timeout (PodsReadyTimeout or
     MembersLost), its quota back, requeued and readmitted on other nodes, and
-    no node over-committed.  Undone by deleting the placeholder.
+    no node over-committed.  Undone by deleting the placeholder.  A placeholder
+    refused (a quota; in a managed namespace, the admission policies: give
+    --placeholder-namespace) is reported "could not inject" and exits 3.
     """
     gateway = gateway_for(common.kubeconfig)
     target = job or job_on(gateway, node)
@@ -226,7 +236,9 @@ def gpu_steal(common: Common, *, node: str, job: str | None) -> None:
         if obj is None:
             raise InputError(f"no Node {node}", field="--node")
         pods = [i.obj for i in items if i.obj.get("kind") == "Pod"]
-        return chaos.gpu_steal(gang, obj, pods, run=run)
+        return chaos.gpu_steal(
+            gang, obj, pods, run=run, placeholder_namespace=placeholder_namespace
+        )
 
     run_experiment(common, target, plan, "gpu-steal")
 

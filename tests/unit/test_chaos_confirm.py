@@ -155,6 +155,7 @@ class PodGateway(gw.Gateway):
         self.pods: dict[str, dict[str, Any]] = {"train-a": pod("train-a", "n1", 8)}
         self.refuse, self.gate = refuse, gate
         self.deleted: list[str] = []
+        self.created_in: list[str] = []
 
     def get(self, kind: gw.Resource, namespace: str, name: str) -> dict[str, Any]:
         if kind is gw.NODE:
@@ -172,7 +173,11 @@ class PodGateway(gw.Gateway):
         if self.gate:
             body["spec"]["schedulingGates"] = [{"name": "queue-controller.io/admission"}]
         self.pods[body["metadata"]["name"]] = body
+        self.created_in.append(namespace)
         return body
+
+    def patch(self, kind: gw.Resource, namespace: str, name: str, body: Any, **_: Any) -> Any:
+        return self.node  # gpu-steal's taint, and its removal
 
     def delete(self, kind: gw.Resource, namespace: str, name: str) -> None:
         self.deleted.append(name)
@@ -203,6 +208,25 @@ def test_a_refused_placeholder_is_no_injection_and_nothing_is_deleted() -> None:
     with pytest.raises(chaos.NotInjected, match="was refused: 403: POST pods: exceeded quota"):
         tolerant_plan().act(Marks(gateway, "pp-1"))
     assert gateway.deleted == []
+
+
+def test_gpu_steal_refused_by_a_managed_namespace_is_no_injection_and_says_what_to_do() -> None:
+    refused = gw.GatewayError(403, "ValidatingAdmissionPolicy 'qc-managed-namespaces' denied")
+    plan = chaos.gpu_steal(
+        gang("Running", *RUNNING, placement={"n1": 1}), PodGateway().node, [], run="gs-1"
+    )
+    with pytest.raises(chaos.NotInjected, match=r"refused: 403: .*--placeholder-namespace"):
+        plan.act(Marks(PodGateway(refuse=refused), "gs-1"))
+
+
+def test_gpu_steal_puts_its_placeholder_where_it_is_told() -> None:
+    gateway = PodGateway()
+    seen = gang("Running", *RUNNING, placement={"n1": 1})
+    plan = chaos.gpu_steal(seen, gateway.node, [], run="gs-1", placeholder_namespace="chaos")
+    assert any("placeholder Pod chaos/chaos-gs-1" in step for step in plan.steps)
+    plan.act(Marks(gateway, "gs-1"))
+    assert gateway.created_in == ["chaos"]
+    assert gateway.pods["chaos-gs-1"]["spec"]["nodeName"] == "n1"
 
 
 def test_a_placeholder_held_by_a_gate_is_no_injection() -> None:
