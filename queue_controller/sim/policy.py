@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from queue_controller.core import Ordering, Queue
+from queue_controller.dump import StrictLoader
 from queue_controller.errors import InputError
 
 DEFAULT_POLICY = "default"
@@ -119,7 +120,8 @@ def load(path: Path) -> Policy:
     """Read and validate one policy file; errors name the file and the field."""
     where = str(path)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # A key given twice is refused, naming its line, as in a dump.
+        document = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader)
     except OSError as error:
         raise InputError(f"cannot read the policy file: {error.strerror}", where=where) from None
     except UnicodeDecodeError:

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from queue_controller.core.model import Topology, TopologyMode, TopologyRequest
 from queue_controller.core.topology import HOSTNAME
+from queue_controller.dump import StrictLoader
 from queue_controller.errors import InputError
 from queue_controller.sim.scenario import Scenario, SimJob
 
@@ -121,11 +122,17 @@ def bundled_file() -> Path:
 def load(path: Path) -> TopologyFile:
     """Read and validate a topology file; errors name the file and the field."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # A key given twice is refused, naming its line, as in a dump.
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader)
     except FileNotFoundError:
         raise InputError("no such file", where=str(path), field="--topology") from None
     except yaml.YAMLError as error:
-        raise InputError(f"not valid YAML: {error}".splitlines()[0], where=str(path)) from None
+        where = str(path)
+        mark = getattr(error, "problem_mark", None)
+        if mark is not None:
+            where = f"{path} line {mark.line + 1}, column {mark.column + 1}"
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())
+        raise InputError(f"not valid YAML: {problem}", where=where) from None
     try:
         return TopologyFile.model_validate(raw)
     except ValidationError as error:

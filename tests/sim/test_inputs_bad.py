@@ -14,6 +14,7 @@ from textwrap import dedent
 import pytest
 
 from queue_controller.errors import InputError
+from queue_controller.sim import policy, topologyspec
 from queue_controller.sim.inputs import load_cluster, load_queues
 from queue_controller.sim.trace import read_trace
 from tests.plan.harness import Run, run_main
@@ -135,3 +136,21 @@ def test_a_pool_count_too_long_for_python_is_one_line(
     args = ["--cluster", str(cluster), "--queues", queues, "--trace", str(trace)]
     line = _one_line(_simulate(monkeypatch, capsys, *args))
     assert line.startswith(f"error: {cluster}: not valid YAML: ")
+
+
+def test_a_key_twice_in_a_policy_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "p.yaml", "name: twice\ncycleSeconds: 5\ncycleSeconds: 50\n")
+    with pytest.raises(InputError) as raised:
+        policy.load(path)
+    assert str(raised.value) == (
+        f"{path} line 3, column 1: not valid YAML: duplicate key 'cycleSeconds' (first at line 2)"
+    )
+
+
+def test_a_key_twice_in_a_topology_file(tmp_path: Path) -> None:
+    text = (DATA / "sim-topology.yaml").read_text()
+    doubled = text.replace('queues:\n  "*": racks\n', 'queues:\n  "*": racks\n  "*": none\n')
+    assert doubled != text
+    path = _write(tmp_path, "t.yaml", doubled)
+    with pytest.raises(InputError, match=r"line \d+, column 3: not valid YAML: duplicate key '\*'"):
+        topologyspec.load(path)
