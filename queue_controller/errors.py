@@ -45,6 +45,10 @@ class QuantityError(InputError):
     """A Kubernetes quantity that does not parse (``1.5.3``, ``ten``)."""
 
 
+class InvalidSpecError(InputError):
+    """A pod template that Kubernetes would reject, or that could never be admitted."""
+
+
 class DumpError(InputError):
     """A cluster dump that cannot be read: bad YAML, an unknown kind, a malformed object."""
 

@@ -20,8 +20,8 @@ from queue_controller.core import (
     WorkloadPhase,
     one_pod_set,
 )
-from queue_controller.core.model import NodeSelectorTerm
-from queue_controller.core.quantity import parse_milli
+from queue_controller.core.model.objects import NodeSelectorTerm
+from queue_controller.core.model.quantity import parse_milli
 
 GPU = "nvidia.com/gpu"
 

@@ -4,7 +4,7 @@ Counted from Pods, Nodes and the workloads' own objects (:mod:`.gangstate`);
 the controller's status is read only for what it alone knows: what it planned
 (``placement``), that it evicted (the ``Evicted`` condition), and when it saw
 members lost (``PodsReady``/``MembersLost``, which only ever postpones a verdict).  The quota
-rules are the core's (``core/quota.py``: what is guaranteed, what is lendable),
+rules are the core's (``core/quota/ledger.py``: what is guaranteed, what is lendable),
 and a gang's charge is the core's (``Prepared.need``).
 """
 
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from queue_controller.check.gangstate import GangState, gang_state
 from queue_controller.check.violations import Invariant, Violation
-from queue_controller.core.model import TeamQuota
-from queue_controller.core.ordering import PriorityTable
-from queue_controller.core.prepared import TERMINATED_PHASES
-from queue_controller.core.quantity import format_milli
-from queue_controller.core.quota import guaranteed, lendable
-from queue_controller.core.resources import is_extended
+from queue_controller.core.model.objects import TeamQuota
+from queue_controller.core.model.quantity import format_milli
+from queue_controller.core.model.resources import is_extended
+from queue_controller.core.quota.ledger import guaranteed, lendable
+from queue_controller.core.rules.ordering import PriorityTable
+from queue_controller.core.rules.prepared import TERMINATED_PHASES
 from queue_controller.kube.fields import Obj, get
 from queue_controller.kube.gangs import HOLDING_PHASES
 from queue_controller.kube.snapshot import Translation

@@ -29,7 +29,7 @@ from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.controller.summaries import nominated_room
 from queue_controller.core import CycleResult, Verdict, schedule
-from queue_controller.core.gpuhealth import unhealthy_indices
+from queue_controller.core.rules.gpuhealth import unhealthy_indices
 from queue_controller.errors import InputError
 from queue_controller.kube.gangs import GangView
 from queue_controller.kube.memo import TranslationMemo
@@ -81,7 +81,7 @@ class SchedulingLoop:
             batch_seconds,
             status_writes_per_cycle,
         )
-        self.creation_backlog = creation_backlog  # admission's pacing (core/pacing.py)
+        self.creation_backlog = creation_backlog  # admission's pacing (core/cycle/pacing.py)
         self.idle = idle  # which running gangs idle (from DCGM), when it is read
         # Admitted gangs as of the last cycle, to notice one whose objects vanish.
         self._holding: dict[str, act.Subject] = {}

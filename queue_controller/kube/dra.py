@@ -5,7 +5,7 @@ here and nowhere else.  A malformed object raises :class:`InputError` naming it
 (``where``) and the exact field (``spec.devices.requests[0].exactly.count``).
 
 CEL selectors are kept as text: whether one parses is the core's question
-(core/dracel.py), so that a gang whose template has a broken selector is
+(core/devices/dracel.py), so that a gang whose template has a broken selector is
 reported Invalid with its template named, instead of the template vanishing
 from the cycle.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from queue_controller.core.dra import (
+from queue_controller.core.model.dra import (
     AllocatedDevice,
     ClaimTemplate,
     Device,
@@ -24,8 +24,7 @@ from queue_controller.core.dra import (
     ResourceClaim,
     ResourceSlice,
 )
-from queue_controller.core.requests import InvalidSpecError
-from queue_controller.errors import InputError, shown
+from queue_controller.errors import InputError, InvalidSpecError, shown
 from queue_controller.kube.fields import Obj, describe, get, objects, strings
 
 __all__ = [

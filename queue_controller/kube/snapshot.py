@@ -19,8 +19,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from queue_controller.core.dra import ClaimTemplate, DeviceClass, ResourceClaim, ResourceSlice
-from queue_controller.core.model import (
+from queue_controller.core.model.dra import ClaimTemplate, DeviceClass, ResourceClaim, ResourceSlice
+from queue_controller.core.model.objects import (
     BoundPod,
     Cohort,
     GpuHealth,
@@ -31,8 +31,7 @@ from queue_controller.core.model import (
     TeamQuota,
     Topology,
 )
-from queue_controller.core.requests import InvalidSpecError
-from queue_controller.errors import InputError, UnreadableObject, plain
+from queue_controller.errors import InputError, InvalidSpecError, UnreadableObject, plain
 from queue_controller.kube import dra, kinds, objects
 from queue_controller.kube.fields import Obj, describe, get
 from queue_controller.kube.fields import objects as objects_of

@@ -10,7 +10,7 @@
   gang's GPUs times the time the core held them back because of topology alone.
   The core says so exactly: its NoNodeFit message reads "... at most N in any one
   <level>" only when the gang's members fit in the Topology's nodes as they are,
-  ignoring domains (core/domains.py, ``_short_in_one``), and no one domain holds
+  ignoring domains (core/placement/topology/domains.py, ``_short_in_one``), and no one domain holds
   them.  A wait starts at the cycle that first says so and ends at the first
   decision that says anything else (a gang not decided in a cycle keeps its last
   answer: nothing it waits for changed).  Measured where the core places
@@ -22,16 +22,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from queue_controller.core import Decision, Queue, Verdict
-from queue_controller.core.model import TopologyMode, TopologyRequest
-from queue_controller.core.resources import ONE
-from queue_controller.core.topology import HOSTNAME
+from queue_controller.core.model.objects import TopologyMode, TopologyRequest
+from queue_controller.core.model.resources import ONE
+from queue_controller.core.rules.topology import HOSTNAME
 from queue_controller.sim.gpus import gpu_resources, unit_value
 from queue_controller.sim.runstate import JobState
 from queue_controller.sim.scenario import Scenario
 
 HOUR = 3600.0
 NO_NODE_FIT = "NoNodeFit"
-# The core's words when only topology holds a gang back (core/domains.py).
+# The core's words when only topology holds a gang back (core/placement/topology/domains.py).
 TOPOLOGY_BINDS = " in any one "
 
 

@@ -18,7 +18,7 @@ The policies differ only in how gangs get onto nodes:
 
 Eviction of a gang still partly placed at its timeout, its release, and its
 requeue with backoff and a limit follow the controller, through the core's
-:mod:`~queue_controller.core.requeue`.
+:mod:`~queue_controller.core.rules.requeue`.
 
 Preemption (:mod:`.preempting`) is the TeamQuotas' ``preemption`` policy, as
 configured, or switched off or on for every quota (``on`` gives each quota

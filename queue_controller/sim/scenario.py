@@ -19,8 +19,8 @@ from queue_controller.core import (
     Queue,
     TeamQuota,
 )
-from queue_controller.core.model import Topology, TopologyRequest
-from queue_controller.core.resources import is_extended
+from queue_controller.core.model.objects import Topology, TopologyRequest
+from queue_controller.core.model.resources import is_extended
 from queue_controller.sim.dra import DraCluster
 
 
@@ -68,7 +68,7 @@ class Scenario:
     jobs: tuple[SimJob, ...]
     priority_classes: tuple[PriorityClass, ...] = ()
     # Cohort objects: where one enables fair sharing, the core orders its borrowers
-    # and chooses its victims by share (core/fairshare.py).
+    # and chooses its victims by share (core/quota/fairshare.py).
     cohorts: tuple[Cohort, ...] = ()
     # The Topology objects Queues name (Queue.topology_name); the core places by them.
     topologies: tuple[Topology, ...] = ()

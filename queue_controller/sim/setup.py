@@ -27,8 +27,9 @@ def with_dra(scenario: Scenario, dra: bool) -> Scenario:
     (``--dra``: see :mod:`queue_controller.sim.dra`)."""
     if not dra:
         return scenario
-    from queue_controller.core.requests import InvalidSpecError, pod_request
-    from queue_controller.core.resources import GPU, ONE
+    from queue_controller.core.model.resources import GPU, ONE
+    from queue_controller.core.rules.requests import pod_request
+    from queue_controller.errors import InvalidSpecError
     from queue_controller.sim import dra as sim_dra
     from queue_controller.sim.gpus import PRODUCT_LABEL
 

@@ -40,7 +40,7 @@ from queue_controller.core import (
     Verdict,
     schedule,
 )
-from queue_controller.core.cycle import PlacerFactory
+from queue_controller.core.cycle.admission import PlacerFactory
 from tests.bench import openb
 from tests.bench.synthetic import make_cluster
 from tests.bench.timing import best_cpu_seconds

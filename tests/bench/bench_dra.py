@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from queue_controller.core import Verdict, schedule
-from queue_controller.core.dra import (
+from queue_controller.core.model.dra import (
     AllocatedDevice,
     ClaimTemplate,
     Device,
@@ -32,7 +32,7 @@ from queue_controller.core.dra import (
     ResourceClaim,
     ResourceSlice,
 )
-from queue_controller.core.model import (
+from queue_controller.core.model.objects import (
     BoundPod,
     Container,
     Node,

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from queue_controller.core import schedule
-from queue_controller.core.model import GpuHealth, Node, Snapshot
+from queue_controller.core.model.objects import GpuHealth, Node, Snapshot
 from queue_controller.gpuhealth.dcgm import parse
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from queue_controller.core import Cohort, Verdict, WorkloadPhase, schedule
-from queue_controller.core.model import Preemption, ReclaimPolicy, Snapshot, TeamQuota
+from queue_controller.core.model.objects import Preemption, ReclaimPolicy, Snapshot, TeamQuota
 from tests.bench.timing import best_cpu_seconds
 from tests.builders import GPU, gang, gpu_node, gpus, queue, running_pod, snapshot
 

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from queue_controller.core import Verdict, Workload, schedule
-from queue_controller.core.model import (
+from queue_controller.core.model.objects import (
     PodSet,
     Queue,
     Snapshot,

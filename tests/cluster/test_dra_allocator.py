@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from queue_controller import nodepools
-from queue_controller.core.quantity import parse_quantity
+from queue_controller.core.model.quantity import parse_quantity
 from queue_controller.localcluster import devices
 from tests.cluster.conftest import DEPLOY, Cluster
 from tests.cluster.workloads import eventually

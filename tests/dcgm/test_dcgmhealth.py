@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from queue_controller.core.model import UnhealthyGpu
+from queue_controller.core.model.objects import UnhealthyGpu
 from queue_controller.errors import InputError
 from queue_controller.gpuhealth.dcgm import GpuSample, parse
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth

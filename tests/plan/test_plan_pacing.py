@@ -1,4 +1,5 @@
-"""``plan --creation-backlog``: admission paced as the controller paces it (core/pacing.py)."""
+"""``plan --creation-backlog``: admission paced as the controller paces it
+(core/cycle/pacing.py)."""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from queue_controller.core import Decision, Ordering, Snapshot, Verdict, WorkloadPhase
-from queue_controller.core.model import Node, PodTemplate, TeamQuota, Workload
-from queue_controller.core.nodes import exclusion, usable_allocatable
-from queue_controller.core.podscan import PodByPodPlacer
-from queue_controller.core.requests import pod_request
-from queue_controller.core.shapes import Shortfall, shape_of
+from queue_controller.core.model.objects import Node, PodTemplate, TeamQuota, Workload
+from queue_controller.core.placement.podscan import PodByPodPlacer
+from queue_controller.core.placement.shapes import Shortfall, shape_of
+from queue_controller.core.rules.nodes import exclusion, usable_allocatable
+from queue_controller.core.rules.requests import pod_request
 
 TERMINATED = {"Succeeded", "Failed"}
 

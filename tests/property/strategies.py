@@ -18,7 +18,7 @@ from queue_controller.core import (
     Workload,
     one_pod_set,
 )
-from queue_controller.core.model import Container
+from queue_controller.core.model.objects import Container
 
 GPU = "nvidia.com/gpu"
 MIG_SMALL = "nvidia.com/mig-1g.10gb"

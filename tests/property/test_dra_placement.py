@@ -15,8 +15,8 @@ from itertools import combinations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_controller.core.cycle import schedule
-from queue_controller.core.decisions import Verdict
+from queue_controller.core.cycle.admission import schedule
+from queue_controller.core.model.decisions import Verdict
 from tests.unit.dra_cluster import (
     A100,
     H100,

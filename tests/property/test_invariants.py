@@ -23,8 +23,8 @@ from queue_controller.core import (
     WorkloadPhase,
     schedule,
 )
-from queue_controller.core.cycle import PlacerFactory
-from queue_controller.core.requests import pod_request
+from queue_controller.core.cycle.admission import PlacerFactory
+from queue_controller.core.rules.requests import pod_request
 from tests.property import strategies as gen
 from tests.property.oracle import Referee
 

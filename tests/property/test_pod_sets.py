@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from queue_controller.core import PodSet, Verdict, Workload, schedule
-from queue_controller.core.requests import pod_request
+from queue_controller.core.rules.requests import pod_request
 from tests.builders import GPU, gpu_node, snapshot, template
 
 

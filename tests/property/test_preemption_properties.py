@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from queue_controller.core import BoundPod, Verdict, Workload, WorkloadPhase, schedule
-from queue_controller.core.model import Preemption, ReclaimPolicy, TeamQuota
+from queue_controller.core.model.objects import Preemption, ReclaimPolicy, TeamQuota
 from tests.builders import GPU, gang, gpu_node, gpus, queue, quota, running_pod, snapshot
 
 

@@ -29,7 +29,7 @@ from queue_controller.core import (
     WorkloadPhase,
     schedule,
 )
-from queue_controller.core.model import Preemption, ReclaimPolicy, TeamQuota, WithinPolicy
+from queue_controller.core.model.objects import Preemption, ReclaimPolicy, TeamQuota, WithinPolicy
 from tests.builders import GPU, gang, gpu_node, gpus, queue, running_pod, template
 
 NODE_GPUS = 8

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from queue_controller.core import Node, Snapshot, Verdict, Workload, schedule
-from queue_controller.core.model import (
+from queue_controller.core.model.objects import (
     PodSet,
     Queue,
     Topology,

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from queue_controller.cli import cli
-from queue_controller.core.resources import GPU, ONE
+from queue_controller.core.model.resources import GPU, ONE
 from queue_controller.errors import InputError
 from queue_controller.journal import Entry
 from queue_controller.sim.dra import DRIVER, GPU_CLASS

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from queue_controller.core.nodes import is_ready
-from queue_controller.core.resources import GPU
+from queue_controller.core.model.resources import GPU
+from queue_controller.core.rules.nodes import is_ready
 from queue_controller.dump import load_snapshot
 from queue_controller.errors import InputError
 from queue_controller.sim.inputs import load_cluster, load_queues

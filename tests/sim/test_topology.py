@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from queue_controller.cli import cli
 from queue_controller.core import Node, Queue, ResourceQuota, TeamQuota
-from queue_controller.core.model import Topology, TopologyMode, TopologyRequest
+from queue_controller.core.model.objects import Topology, TopologyMode, TopologyRequest
 from queue_controller.errors import InputError
 from queue_controller.journal import Entry
 from queue_controller.nodepools import BLOCK_LABEL, RACK_LABEL

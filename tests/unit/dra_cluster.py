@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from queue_controller.core.dra import (
+from queue_controller.core.model.dra import (
     AllocatedDevice,
     ClaimTemplate,
     Device,
@@ -13,7 +13,7 @@ from queue_controller.core.dra import (
     ResourceClaim,
     ResourceSlice,
 )
-from queue_controller.core.model import (
+from queue_controller.core.model.objects import (
     Container,
     Node,
     PodClaim,

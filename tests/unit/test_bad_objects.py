@@ -28,7 +28,7 @@ from queue_controller.controller.server import Health
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import schedule
-from queue_controller.core.model import LeftOut
+from queue_controller.core.model.objects import LeftOut
 from queue_controller.errors import InputError, UnreadableObject
 from queue_controller.kube import objects, pieces, snapshot
 from queue_controller.kube.kinds import KindGang

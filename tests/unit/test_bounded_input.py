@@ -13,10 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queue_controller.core.dracel import compile_selector
-from queue_controller.core.quantity import MAX_QUANTITY_CHARS, parse_quantity
-from queue_controller.core.requests import InvalidSpecError
-from queue_controller.errors import InputError, QuantityError
+from queue_controller.core.devices.dracel import compile_selector
+from queue_controller.core.model.quantity import MAX_QUANTITY_CHARS, parse_quantity
+from queue_controller.errors import InputError, InvalidSpecError, QuantityError
 from queue_controller.kube import fields
 from queue_controller.kube.fields import INT64_MAX, INT64_MIN, MAX_GANG_MEMBERS, whole_number
 from tests.unit.test_kind_plainpods import pod, views

@@ -9,7 +9,7 @@ from queue_controller.core import (
     WorkloadPhase,
     schedule,
 )
-from queue_controller.core.model import Ordering
+from queue_controller.core.model.objects import Ordering
 from tests.builders import GPU, gang, gpu_node, gpus, queue, quota, running_pod, snapshot, template
 
 
@@ -227,7 +227,7 @@ def test_missing_queue_and_missing_team_quota() -> None:
 
 
 def test_invalid_spec_is_reported_and_does_not_block_strict_fifo() -> None:
-    from queue_controller.core.model import Container, PodTemplate
+    from queue_controller.core.model.objects import Container, PodTemplate
 
     broken = PodTemplate(containers=(Container("main", requests={GPU: "2"}),))
     workloads = [gang("broken", pod_template=broken, created=0), gang("fine", created=1)]

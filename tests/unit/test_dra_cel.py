@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_controller.core.dra import Device, DeviceClass, DeviceRequest, Version, qualify
-from queue_controller.core.dracel import (
+from queue_controller.core.devices.dracel import (
     SelectorCache,
     compile_selector,
     first_available,
     matching,
     select,
 )
-from queue_controller.core.kubecel import Semver
-from queue_controller.core.quantity import parse_milli
-from queue_controller.core.requests import InvalidSpecError
+from queue_controller.core.model.dra import Device, DeviceClass, DeviceRequest, Version, qualify
+from queue_controller.core.model.kubecel import Semver
+from queue_controller.core.model.quantity import parse_milli
+from queue_controller.errors import InvalidSpecError
 
 NV = "gpu.nvidia.com"
 GPU_CLASS = DeviceClass(
@@ -356,7 +356,8 @@ def test_building_the_interpreter_leaves_the_recursion_limit_as_it_was() -> None
     # the controller's should change behind its back (hypothesis warns of it too).
     probe = (
         "import sys; before = sys.getrecursionlimit(); "
-        "from queue_controller.core.dracel import compile_selector; compile_selector('true'); "
+        "from queue_controller.core.devices.dracel import compile_selector; "
+        "compile_selector('true'); "
         "assert sys.getrecursionlimit() == before, sys.getrecursionlimit()"
     )
     subprocess.run([sys.executable, "-c", probe], check=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from queue_controller.core.cycle import schedule
-from queue_controller.core.decisions import Decision, Reason, Verdict
-from queue_controller.core.dra import DeviceClass, DeviceRequest, ResourceClaim
-from queue_controller.core.dracel import DEFAULT_CACHE
-from queue_controller.core.model import (
+from queue_controller.core.cycle.admission import schedule
+from queue_controller.core.devices.dracel import DEFAULT_CACHE
+from queue_controller.core.model.decisions import Decision, Reason, Verdict
+from queue_controller.core.model.dra import DeviceClass, DeviceRequest, ResourceClaim
+from queue_controller.core.model.objects import (
     BoundPod,
     GpuHealth,
     PodClaim,

@@ -16,7 +16,7 @@ from queue_controller.api import v1alpha1
 from queue_controller.controller.state import ClusterState
 from queue_controller.controller.status import conditions_with
 from queue_controller.core import schedule
-from queue_controller.core.decisions import Decision
+from queue_controller.core.model.decisions import Decision
 from queue_controller.dump import load_snapshot
 from queue_controller.kube import kinds
 from queue_controller.kube.resources import JOB, POD

@@ -19,9 +19,9 @@ from queue_controller.core import (
     WorkloadPhase,
     schedule,
 )
-from queue_controller.core.fairshare import INFINITE, FairShares
-from queue_controller.core.model import Preemption, ReclaimPolicy, TeamQuota
-from queue_controller.core.quota import QuotaLedger
+from queue_controller.core.model.objects import Preemption, ReclaimPolicy, TeamQuota
+from queue_controller.core.quota.fairshare import INFINITE, FairShares
+from queue_controller.core.quota.ledger import QuotaLedger
 from tests.builders import GPU, gang, gpu_node, gpus, queue, running_pod, snapshot, template
 
 FAIR = (Cohort("c", fair_sharing=True),)

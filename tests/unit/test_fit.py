@@ -2,11 +2,11 @@
 
 import pytest
 
-from queue_controller.core.fit import EquivalenceIndex
-from queue_controller.core.model import Node, PodTemplate, Taint, Toleration
-from queue_controller.core.podscan import PodByPodPlacer
-from queue_controller.core.requests import pod_request
-from queue_controller.core.shapes import GangShape, Placement, Placer, Shortfall, shape_of
+from queue_controller.core.model.objects import Node, PodTemplate, Taint, Toleration
+from queue_controller.core.placement.fit import EquivalenceIndex
+from queue_controller.core.placement.podscan import PodByPodPlacer
+from queue_controller.core.placement.shapes import GangShape, Placement, Placer, Shortfall, shape_of
+from queue_controller.core.rules.requests import pod_request
 from tests.builders import GPU, gpu_node, template
 
 PLACERS = [EquivalenceIndex, PodByPodPlacer]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queue_controller.core.model import UnhealthyGpu
+from queue_controller.core.model.objects import UnhealthyGpu
 from queue_controller.errors import InputError
 from queue_controller.gpuhealth.tracker import LOST, THERMAL, XID, HealthTracker
 from queue_controller.kube import nodehealth

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queue_controller.core import Reason, Verdict, schedule
-from queue_controller.core.gpuhealth import all_gpus_unhealthy, lost_capacity, unhealthy_note
-from queue_controller.core.model import GpuHealth, Node, UnhealthyGpu
-from queue_controller.core.nodes import exclusion, usable_allocatable
+from queue_controller.core.model.objects import GpuHealth, Node, UnhealthyGpu
+from queue_controller.core.rules.gpuhealth import all_gpus_unhealthy, lost_capacity, unhealthy_note
+from queue_controller.core.rules.nodes import exclusion, usable_allocatable
 from tests.builders import GPU, gang, gpu_node, snapshot, template
 
 MIG_1G = "nvidia.com/mig-1g.10gb"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from queue_controller.controller.handlers import feed
 from queue_controller.controller.state import ClusterState, slim_pod
-from queue_controller.core.dra import (
+from queue_controller.core.model.dra import (
     AllocatedDevice,
     ClaimTemplate,
     Device,
@@ -21,7 +21,7 @@ from queue_controller.core.dra import (
     ResourceClaim,
     ResourceSlice,
 )
-from queue_controller.core.model import PodClaim
+from queue_controller.core.model.objects import PodClaim
 from queue_controller.errors import InputError
 from queue_controller.kube import dra, kinds, objects, resources
 from queue_controller.kube.snapshot import SUPPORTED_KINDS, Located, translate
@@ -310,7 +310,7 @@ def test_defaults_all_mode_and_first_available() -> None:
 
 
 def test_a_broken_selector_is_kept_as_text_for_the_core_to_judge() -> None:
-    # Whether it parses is the core's question (core/dracel.py): the gang is then
+    # Whether it parses is the core's question (core/devices/dracel.py): the gang is then
     # Invalid naming its template, instead of the template vanishing from the cycle.
     broken = 'device.attributes["gpu.nvidia.com"].productName =='
     got = dra.claim_template(template_body([{"name": "gpus", "exactly": exactly(4, broken)}]))

@@ -1,7 +1,12 @@
 import pytest
 
-from queue_controller.core.model import NodeSelectorTerm, SelectorRequirement, Taint, Toleration
-from queue_controller.core.nodes import (
+from queue_controller.core.model.objects import (
+    NodeSelectorTerm,
+    SelectorRequirement,
+    Taint,
+    Toleration,
+)
+from queue_controller.core.rules.nodes import (
     affinity_matches,
     exclusion,
     tolerates,

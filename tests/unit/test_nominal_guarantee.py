@@ -11,7 +11,7 @@ Pending messages say when a team's nominal is lent out, and to whom.
 from __future__ import annotations
 
 from queue_controller.core import Ordering, Reason, Verdict, WorkloadPhase, schedule
-from queue_controller.core.quota import QuotaLedger
+from queue_controller.core.quota.ledger import QuotaLedger
 from tests.builders import GPU, gang, gpu_node, gpus, queue, quota, snapshot
 
 

@@ -1,4 +1,4 @@
-"""Admission paced to what the Job controller can make (core/pacing.py)."""
+"""Admission paced to what the Job controller can make (core/cycle/pacing.py)."""
 
 from typing import Any
 
@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import Reason, Verdict, WorkloadPhase, schedule
-from queue_controller.core.model import Ordering
+from queue_controller.core.model.objects import Ordering
 from tests.builders import GPU, gang, gpu_node, gpus, queue, quota, snapshot
 from tests.fakes.gateway import FakeGateway
 from tests.unit.test_lifecycle import NOW, QUEUE, iso, job

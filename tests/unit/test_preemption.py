@@ -13,7 +13,7 @@ from queue_controller.core import (
     WorkloadPhase,
     schedule,
 )
-from queue_controller.core.model import (
+from queue_controller.core.model.objects import (
     Preemption,
     ReclaimPolicy,
     TeamQuota,

@@ -2,7 +2,7 @@ from fractions import Fraction
 
 import pytest
 
-from queue_controller.core.quantity import format_milli, parse_milli, parse_quantity
+from queue_controller.core.model.quantity import format_milli, parse_milli, parse_quantity
 from queue_controller.errors import QuantityError
 
 

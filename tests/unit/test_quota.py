@@ -1,4 +1,4 @@
-from queue_controller.core.quota import QuotaLedger
+from queue_controller.core.quota.ledger import QuotaLedger
 from tests.builders import GPU, gpus, quota
 
 

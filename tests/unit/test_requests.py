@@ -1,7 +1,8 @@
 import pytest
 
-from queue_controller.core.model import Container, PodTemplate
-from queue_controller.core.requests import InvalidSpecError, pod_request
+from queue_controller.core.model.objects import Container, PodTemplate
+from queue_controller.core.rules.requests import pod_request
+from queue_controller.errors import InvalidSpecError
 
 GPU = "nvidia.com/gpu"
 

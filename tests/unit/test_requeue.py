@@ -1,7 +1,7 @@
 import pytest
 
-from queue_controller.core.model import RequeuePolicy
-from queue_controller.core.requeue import backoff_seconds, pods_ready_timeout, requeue
+from queue_controller.core.model.objects import RequeuePolicy
+from queue_controller.core.rules.requeue import backoff_seconds, pods_ready_timeout, requeue
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from queue_controller.core import (
     WorkloadPhase,
     schedule,
 )
-from queue_controller.core.decisions import Decision
-from queue_controller.core.model import (
+from queue_controller.core.model.decisions import Decision
+from queue_controller.core.model.objects import (
     Node,
     PodSet,
     Preemption,

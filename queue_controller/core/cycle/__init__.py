@@ -1,0 +1,10 @@
+"""The admission cycle: one pass over the queue, admitting what fits.
+
+``admission`` is the cycle (:func:`schedule`); ``gangshapes`` turns prepared
+gangs into the placer's shapes; ``devicecycle`` gives prepared gangs their
+DRA devices from ``devicecatalog``, the cycle's catalog of devices (built
+once per cycle, from the snapshot's DRA objects and the usage that
+:mod:`..rules.prepared` counts, which is why it is here rather than in
+:mod:`..devices`); ``pacing`` limits admission to what the Job controller can
+create.
+"""

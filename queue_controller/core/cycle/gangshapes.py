@@ -1,0 +1,79 @@
+"""The shape of every pending gang's pod sets, as the placer sees them.
+
+Thousands of pending gangs are alike: each distinct template, request and topology ask is
+shaped once, and each topology request resolved once, however many gangs share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from queue_controller.core.cycle.devicecatalog import DeviceCatalog
+from queue_controller.core.model.objects import Queue, Topology
+from queue_controller.core.placement.shapes import GangShape, SetShape, shape_of
+from queue_controller.core.rules.prepared import Prepared
+from queue_controller.core.rules.topology import Refusal, TopologyAsk, resolve
+
+
+def gang_shapes(
+    pending: Iterable[Prepared],
+    queues: Mapping[tuple[str, str], Queue],
+    topologies: Iterable[Topology],
+    devices: DeviceCatalog | None,
+) -> tuple[dict[str, tuple[SetShape, ...]], dict[str, Refusal]]:
+    """Workload key -> its pod sets' shapes; and workload key -> why its topology request
+    cannot be met as written (such a gang has no shapes)."""
+    shapes: dict[str, tuple[SetShape, ...]] = {}
+    # Gangs whose topology request cannot be met as written: workload key -> refusal.
+    refused: dict[str, Refusal] = {}
+    by_name = {t.name: t for t in topologies}
+    by_template: dict[tuple[object, ...], GangShape] = {}
+    asked: dict[tuple[object, ...], TopologyAsk | Refusal] = {}
+    for p in pending:
+        if p.error:
+            continue
+        sets = []
+        queue = queues.get((p.workload.namespace, p.workload.queue))
+        for index, (pod_set, request) in enumerate(
+            zip(p.workload.pod_sets, p.requests, strict=True)
+        ):
+            ask = None
+            if pod_set.topology is not None and queue is not None:
+                several = len(p.workload.pod_sets) > 1
+                # Thousands of gangs ask alike: each request is resolved once.
+                of_set = pod_set.name if several else ""
+                request_key = (
+                    pod_set.topology,
+                    queue,
+                    pod_set.count,
+                    pod_set.min_count,
+                    of_set,
+                )
+                resolved = asked.get(request_key)
+                if resolved is None:
+                    resolved = asked[request_key] = resolve(
+                        pod_set.topology,
+                        pod_set=pod_set,
+                        queue=queue,
+                        topologies=by_name,
+                        several_sets=several,
+                    )
+                if isinstance(resolved, Refusal):
+                    refused.setdefault(p.workload.key, resolved)
+                    continue
+                ask = resolved
+            labels = p.labels[index] if p.labels else {}
+            memo = (pod_set.template, tuple(sorted(request.items())), ask, p.workload.namespace)
+            shape = by_template.get(memo)
+            if shape is None:
+                shape = by_template[memo] = shape_of(
+                    pod_set.template,
+                    request,
+                    ask,
+                    devices=devices.dims if devices is not None else None,
+                    labels=labels,
+                )
+            sets.append(SetShape(pod_set, shape))
+        if p.workload.key not in refused:
+            shapes[p.workload.key] = tuple(sets)
+    return shapes, refused

@@ -1,0 +1,10 @@
+"""Where a gang's members fit.
+
+``shapes`` says what a gang asks of a node and what a placement is;
+``nodeclasses`` groups interchangeable nodes into classes; ``explain`` words
+why nodes refused; ``fit`` is the equivalence index that places gangs over
+classes and buckets; ``podscan`` places pod by pod, as a scheduler without
+gang admission would.  ``topology/`` keeps a gang within racks and blocks.
+
+Independent of :mod:`..quota`: only preemption and the cycle use both.
+"""

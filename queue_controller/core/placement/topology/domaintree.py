@@ -1,0 +1,173 @@
+"""The domains of a Topology over the node classes, and one gang shape's room in each.
+
+A cycle builds the tree once per (Topology levels, node eligibility): the
+equivalence index splits classes by every label a Topology names, so each class
+lies in exactly one domain at every level and the tree's leaves are lists of
+classes.  Nodes that lack one of the labels are outside the topology.
+
+What a gang shape can get from each domain (:class:`Totals`) is the sum of what
+it gets from each class, so it is kept current the way the index keeps its
+class views: the index logs which classes moved, and the totals re-add only
+those classes, along their few ancestors.  Each search then costs in domains,
+never in nodes times members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from queue_controller.core.rules.topology import UNCONSTRAINED
+
+if TYPE_CHECKING:
+    from queue_controller.core.placement.nodeclasses import ClassView, NodeClass
+
+ViewOf = Callable[[int], "ClassView"]  # class index -> the shape's view of it, current
+
+
+@dataclass(slots=True, eq=False)
+class Domain:
+    id: int  # index into the Totals' arrays
+    path: tuple[str, ...]  # label values from the broadest level down; () for the root
+    depth: int  # UNCONSTRAINED for the root
+    parent: Domain | None
+    children: dict[str, Domain] = field(default_factory=dict)
+    classes: list[int] = field(default_factory=list)  # every class inside it
+
+    def chain(self) -> list[Domain]:
+        """Its ancestors and itself, broadest first (the root left out)."""
+        out: list[Domain] = []
+        domain: Domain | None = self
+        while domain is not None and domain.depth != UNCONSTRAINED:
+            out.append(domain)
+            domain = domain.parent
+        return out[::-1]
+
+
+class Skeleton:
+    """The domains that hold some class a shape may use, by depth."""
+
+    def __init__(self, levels: Sequence[str], classes: Iterable[NodeClass]) -> None:
+        self.root = Domain(0, (), UNCONSTRAINED, None)
+        self.domains = [self.root]
+        self.by_depth: dict[int, list[Domain]] = {depth: [] for depth in range(len(levels))}
+        self.chains: dict[int, tuple[Domain, ...]] = {}  # class -> domains holding it
+        self.class_nodes: dict[int, int] = {}
+        for node_class in classes:
+            labels = node_class.sample.labels
+            path = [labels.get(key) for key in levels]
+            if any(value is None for value in path):
+                continue  # outside the topology: a topology gang never goes there
+            domain = self.root
+            chain = [domain]
+            for depth, value in enumerate(path):
+                assert value is not None
+                child = domain.children.get(value)
+                if child is None:
+                    child = Domain(len(self.domains), (*domain.path, value), depth, domain)
+                    domain.children[value] = child
+                    self.domains.append(child)
+                    self.by_depth[depth].append(child)
+                domain = child
+                chain.append(domain)
+            for member in chain:
+                member.classes.append(node_class.index)
+            self.chains[node_class.index] = tuple(chain)
+            self.class_nodes[node_class.index] = node_class.node_count()
+
+    def leaves(self) -> list[Domain]:
+        depth = len(self.by_depth) - 1
+        return self.by_depth[depth] if depth >= 0 else [self.root]
+
+
+class Totals:
+    """One shape's room in every domain: members, slices, empty nodes, nodes.
+
+    Slices are counted where they are cut: per node (``node_slice``), or per domain
+    of the slice level (``domain_slice``: its depth and size), whose ``members // k``
+    is added up through its ancestors as its members change.
+    """
+
+    def __init__(
+        self,
+        skeleton: Skeleton,
+        view_of: ViewOf,
+        *,
+        node_slice: int = 0,
+        domain_slice: tuple[int, int] | None = None,
+    ) -> None:
+        self.skeleton = skeleton
+        self.view_of = view_of
+        self.node_slice = node_slice  # k when slices are per node, else 0
+        self.domain_slice = domain_slice
+        size = len(skeleton.domains)
+        self.members = [0] * size
+        self.node_units = [0] * size
+        self.slices = [0] * size  # whole slices, at and above the slice level
+        self.empty = [0] * size
+        self.nodes = [0] * size
+        self.contributions: dict[int, tuple[int, int, int, int]] = {}
+        self.seen = 0
+        for index in skeleton.chains:
+            self._add(index)
+
+    def sync(self, moved: Sequence[int]) -> None:
+        """Re-add the classes that moved since the last look."""
+        behind = len(moved) - self.seen
+        changed: Iterable[int] = (
+            self.skeleton.chains if behind > len(self.skeleton.chains) else set(moved[self.seen :])
+        )
+        for index in changed:
+            if index in self.skeleton.chains:
+                self._add(index)
+        self.seen = len(moved)
+
+    def _add(self, index: int) -> None:
+        view = self.view_of(index)
+        node_class = view.node_class
+        buckets = node_class.buckets
+        units = 0
+        if self.node_slice:
+            k = self.node_slice
+            units = sum(
+                (fits // k) * len(buckets[free]) for free, (fits, _) in view.fitting.items()
+            )
+        new = (
+            view.capacity,
+            units,
+            len(buckets.get(node_class.allocatable, ())),
+            self.skeleton.class_nodes[index],
+        )
+        old = self.contributions.get(index, (0, 0, 0, 0))
+        if new == old:
+            return
+        self.contributions[index] = new
+        d_members, d_units, d_empty, d_nodes = (a - b for a, b in zip(new, old, strict=True))
+        chain = self.skeleton.chains[index]
+        if self.domain_slice is not None and d_members:
+            depth, k = self.domain_slice
+            cut = chain[depth + 1].id  # the chain starts at the root, depth -1
+            before = self.members[cut] // k
+            d_slices = (self.members[cut] + d_members) // k - before
+            for domain in chain[: depth + 2]:
+                self.slices[domain.id] += d_slices
+        for domain in chain:
+            i = domain.id
+            self.members[i] += d_members
+            self.node_units[i] += d_units
+            self.empty[i] += d_empty
+            self.nodes[i] += d_nodes
+
+    def whole(self, domain: Domain) -> bool:
+        """Every node of it empty: taking from it breaks a whole domain."""
+        return self.empty[domain.id] == self.nodes[domain.id]
+
+    def views(self, domain: Domain) -> list[ClassView]:
+        return [self.view_of(index) for index in domain.classes]
+
+    def most_on_a_node(self, domain: Domain) -> int:
+        """Members on the domain's best node (read from its classes, on demand)."""
+        return max(
+            (fits for view in self.views(domain) for fits, _ in view.fitting.values()), default=0
+        )

@@ -1,0 +1,229 @@
+"""Which admitted gangs to evict so that a gang fits: on quota *and* on named nodes.
+
+Kueue and Volcano choose victims by quota alone, so a preemption can free 8
+GPUs scattered over several nodes while the 8-GPU pod it was for still fits
+nowhere (Kueue #5243).  Here a victim set is accepted only when, with the
+victims gone, the gang passes the quota check **and** the same node placement
+the core uses for every admission.  It never evicts when the gang would still
+not fit.
+
+The search (Kueue's, made placement-aware):
+
+1. *Candidates* are whole admitted gangs that the preemptor's TeamQuota policy
+   allows (core/preemption/victims.py: ``withinTeamQuota``, ``reclaimWithinCohort``,
+   ``borrowWithinCohort``, with Kueue's meanings), ordered by preference: gangs
+   of quotas that borrow before gangs within nominal, lower priority first, the
+   most recently created first (the least work lost), fewer GPUs first, then by
+   key.  In a fair-sharing cohort they are taken from the quota with the
+   highest share first, and the minimal set must keep each victim's quota at or
+   above the preemptor's share (``PreemptingCycle._victims``).
+2. *Greedy*: take candidates out one by one, in that order, until the gang fits.
+   If it never does, nothing is evicted.
+3. *Minimal*: put each taken candidate back, the last taken first; if the gang
+   still fits without evicting it, it is spared.  No victim of the result can be
+   spared alone (no proper subset missing one victim works).
+
+Its cost is bounded: at most ``LIMIT`` candidates are considered, and each
+greedy or minimising step is one quota check and one placement attempt on the
+equivalence index (its moves are patches, not rebuilds), so a preemption costs
+at most ``2 * LIMIT`` placements (in a fair-sharing cohort, that once more for
+each quota whose share rule the found set breaks).  ``LIMIT`` is far above what
+a real preemption evicts (Kueue evicts a handful of workloads per preemption).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+
+from queue_controller.core.model.decisions import Decision, Reason, Verdict, decision_for
+from queue_controller.core.model.objects import Queue
+from queue_controller.core.model.resources import Resources
+from queue_controller.core.placement.explain import count_of
+from queue_controller.core.placement.shapes import Placement, Placer, SetShape
+from queue_controller.core.placement.topology.slices import with_topology
+from queue_controller.core.preemption.fairvictims import ShareRuledSearch
+from queue_controller.core.preemption.victims import Holder, VictimSearch, candidates
+from queue_controller.core.quota.fairshare import FairShares
+from queue_controller.core.quota.ledger import QuotaLedger
+from queue_controller.core.rules.prepared import Prepared, Usage
+
+
+class PreemptingCycle:
+    """The preemption half of an admission cycle: core/cycle/admission.py's ``_Cycle`` is one.
+
+    It finds victims for a gang that does not fit, and gives a gang that holds
+    nominated room (its victims still going) that room, charged every cycle until
+    it is admitted there.
+    """
+
+    # The cycle's, set up by it.
+    ledger: QuotaLedger
+    placer: Placer
+    queues: dict[tuple[str, str], Queue]
+    shapes: dict[str, tuple[SetShape, ...]]
+    held: dict[str, Usage]
+    holders: dict[str, Holder]  # by key, in Holder.order; victims leave as they are chosen
+    by_quota: dict[str, dict[str, Holder]]  # the same, quota by quota
+    search: VictimSearch
+    fair: FairShares
+
+    def _place(self, prepared: Prepared, sets: tuple[SetShape, ...]) -> tuple[list[Placement], str]:
+        raise NotImplementedError  # the cycle places, for admissions and for the search alike
+
+    def _holders(self, admitted: Iterable[Prepared]) -> dict[str, Holder]:
+        out = []
+        for p in admitted:
+            queue = self.queues.get((p.workload.namespace, p.workload.queue))
+            if p.error or queue is None or queue.team_quota not in self.ledger:
+                continue
+            held = self.held.get(p.workload.key, {})
+            out.append(Holder(p, queue.team_quota, p.need(), held))
+        return {holder.key: holder for holder in sorted(out, key=lambda h: h.order)}
+
+    def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
+        """Whether the gang would be admitted now (changing nothing)."""
+        if self.ledger.shortfall(team, need) is not None:
+            return False
+        sets = self.shapes[prepared.workload.key]
+        placed, _ = self._place(prepared, sets)
+        for item, placement in zip(sets, placed, strict=False):
+            self.placer.release(item.shape, placement)
+        return bool(placed)
+
+    def _try_preempt(
+        self, prepared: Prepared, queue: Queue, sets: tuple[SetShape, ...], need: Resources
+    ) -> Decision | None:
+        """Evict the fewest, cheapest gangs that make this one fit, if its policy allows."""
+        team = queue.team_quota
+        policy = self.ledger.quota(team).preemption
+        if not policy.enabled:
+            return None
+        chosen = candidates(
+            preemptor=prepared,
+            team_quota=team,
+            need=need,
+            policy=policy,
+            ledger=self.ledger,
+            fair=self.fair.applies(team),
+        )
+        victims = self._victims(prepared, team, need, chosen)
+        if victims is None:
+            return None
+        placed, _ = self._place(prepared, sets)  # fits, as the search found: committed
+        self.ledger.reserve(team, need)
+        for holder, _ in victims:
+            # Out of every later scan; a dict skips the hole in C, so scans stay short.
+            del self.holders[holder.key]
+            del self.by_quota[holder.team_quota][holder.key]
+        reasons = [reason for _, reason in victims]
+        reason = max(set(reasons), key=lambda r: (reasons.count(r), r.value))
+        total: Counter[str] = Counter()
+        for placement in placed:
+            total.update(placement.nodes)
+        names = ", ".join(h.prepared.workload.namespaced_name for h, _ in victims)
+        workload = prepared.workload
+        message = (
+            f"preempting {count_of(len(victims), 'gang')} ({names}) for {reason.value}; "
+            f"{count_of(workload.gang_size, 'member')} placed on {count_of(len(total), 'node')} "
+            "once they are gone"
+        )
+        nominated = {
+            s.pod_set.name: dict(sorted(p.nodes.items())) for s, p in zip(sets, placed, strict=True)
+        }
+        return Decision(
+            workload.namespaced_name,
+            workload.queue,
+            Verdict.PREEMPT,
+            reason,
+            message,
+            dict(sorted(total.items())),
+            kind=workload.kind,
+            victims=tuple((h.key, r) for h, r in victims),
+            nominated=nominated,
+        )
+
+    def _victims(
+        self,
+        prepared: Prepared,
+        team: str,
+        need: Resources,
+        chosen: Callable[[Iterable[Holder]], Iterator[tuple[Holder, Reason]]],
+    ) -> list[tuple[Holder, Reason]] | None:
+        """The search over ``chosen`` (the candidates among some holders); in a
+        fair-sharing cohort, quota by quota under the share rule
+        (core/preemption/fairvictims.py)."""
+
+        def fits() -> bool:
+            return self._fits(prepared, team, need)
+
+        if not self.fair.applies(team):
+            return self.search.search(chosen(self.holders.values()), fits)
+        cohort = self.ledger.quota(team).cohort
+        streams = {
+            quota: chosen(self.by_quota.get(quota, {}).values())
+            for quota in self.ledger.members(cohort)
+        }
+        return ShareRuledSearch(self.search, self.fair).run(streams, team, need, fits)
+
+    def _charge(self, prepared: Prepared, sign: int) -> None:
+        """Take (+1) or give back (-1) the room a pending gang holds for itself."""
+        workload = prepared.workload
+        queue = self.queues[(workload.namespace, workload.queue)]
+        need = prepared.need()
+        self.ledger.reserve(queue.team_quota, {r: sign * a for r, a in need.items()})
+        for item in self.shapes[workload.key]:
+            nodes = workload.nominated.get(item.pod_set.name, {})
+            if nodes:
+                take = self.placer.commit if sign > 0 else self.placer.release
+                take(item.shape, Placement(dict(nodes)))
+
+    def _admit_nominated(self, prepared: Prepared, queue: Queue) -> Decision:
+        """A gang holding room its victims are giving back: admitted there once it is free."""
+        workload = prepared.workload
+        self._charge(prepared, -1)
+        need = prepared.need()
+        sets = self.shapes[workload.key]
+        placements = [
+            self.placer.place_on(item.shape, workload.nominated.get(item.pod_set.name, {}))
+            for item in sets
+        ]
+        whole = all(
+            p is not None and sum(p.nodes.values()) == item.pod_set.min_count
+            for p, item in zip(placements, sets, strict=True)
+        )
+        if not whole or self.ledger.shortfall(queue.team_quota, need) is not None:
+            self._charge(prepared, +1)
+            nodes = sorted({n for plan in workload.nominated.values() for n in plan})
+            return decision_for(
+                workload,
+                Verdict.PENDING,
+                Reason.PREEMPTING,
+                "holding room on " + ", ".join(nodes) + " while the gangs it preempted give "
+                "it back",
+            )
+        for item, placement in zip(sets, placements, strict=True):
+            assert placement is not None
+            self.placer.commit(item.shape, placement)
+        self.ledger.reserve(queue.team_quota, need)
+        total: Counter[str] = Counter()
+        for placement in placements:
+            assert placement is not None
+            total.update(placement.nodes)
+        by_set = (
+            {
+                item.pod_set.name: dict(p.nodes)
+                for item, p in zip(sets, placements, strict=True)
+                if p
+            }
+            if len(sets) > 1
+            else {}
+        )
+        message = (
+            f"{count_of(workload.gang_size, 'member')} placed on {count_of(len(total), 'node')} "
+            f"its preemption freed; charged to TeamQuota {queue.team_quota}"
+        )
+        decision = decision_for(
+            workload, Verdict.ADMIT, Reason.ADMITTED, message, dict(sorted(total.items())), by_set
+        )
+        return with_topology(decision, sets, [p for p in placements if p is not None])

@@ -1,0 +1,124 @@
+"""A pod set's topology request, checked against its Queue's Topology.
+
+A request names levels by node label, as Kueue's TAS annotations do.  It is
+resolved here, once per cycle, into level *depths* the placer works with:
+the Topology's levels other than the hostname are *domain levels* (depth 0 is
+the broadest), and a hostname level, always the last, is the node itself
+(depth ``len(levels)``).  Whatever cannot be resolved is a refusal that names
+where the request was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from queue_controller.core.model.objects import (
+    PodSet,
+    Queue,
+    Topology,
+    TopologyMode,
+    TopologyRequest,
+)
+
+HOSTNAME = "kubernetes.io/hostname"
+UNCONSTRAINED = -1  # the depth of "anywhere in the topology": the root, above depth 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyAsk:
+    """A resolved request: what the placer keeps a pod set inside of."""
+
+    topology: str
+    levels: tuple[str, ...]  # the domain levels' node labels, broadest first
+    has_hostname: bool  # whether the Topology's last level is the node
+    mode: TopologyMode
+    depth: int  # the requested level; UNCONSTRAINED, a domain depth, or len(levels): a node
+    slice_size: int = 0
+    slice_depth: int = UNCONSTRAINED
+
+    @property
+    def node_depth(self) -> int:
+        return len(self.levels)
+
+    def level_name(self, depth: int) -> str:
+        """A level as people say it: the label's last word ("rack", "gpu.clique")."""
+        label = HOSTNAME if depth >= len(self.levels) else self.levels[depth]
+        return label.rsplit("/", 1)[-1]
+
+    def level_label(self, depth: int) -> str:
+        return HOSTNAME if depth >= len(self.levels) else self.levels[depth]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    missing_topology: bool  # True: the Queue's Topology does not exist (yet); else invalid
+    message: str
+
+
+def resolve(
+    request: TopologyRequest,
+    *,
+    pod_set: PodSet,
+    queue: Queue,
+    topologies: Mapping[str, Topology],
+    several_sets: bool,
+) -> TopologyAsk | Refusal:
+    where = request.field or "topology request"
+    of_set = f" (pod set {pod_set.name})" if several_sets else ""
+    if not queue.topology_name:
+        return Refusal(
+            False,
+            f"{where}{of_set}: asks for a topology, but Queue {queue.namespace}/{queue.name} "
+            "names no Topology (spec.topologyName)",
+        )
+    topology = topologies.get(queue.topology_name)
+    if topology is None:
+        return Refusal(
+            True,
+            f"Queue {queue.namespace}/{queue.name} uses Topology {queue.topology_name!r}, "
+            "which does not exist",
+        )
+    has_hostname = bool(topology.levels) and topology.levels[-1] == HOSTNAME
+    levels = topology.levels[:-1] if has_hostname else topology.levels
+    known = ", ".join(topology.levels)
+
+    def depth_of(label: str) -> int | None:
+        if label == HOSTNAME and has_hostname:
+            return len(levels)
+        return levels.index(label) if label in levels else None
+
+    depth = UNCONSTRAINED
+    if request.mode is not TopologyMode.UNCONSTRAINED:
+        found = depth_of(request.level)
+        if found is None:
+            return Refusal(
+                False,
+                f"{where}{of_set}: {request.level!r} is not a level of Topology "
+                f"{topology.name} (its levels: {known})",
+            )
+        depth = found
+    ask = TopologyAsk(topology.name, levels, has_hostname, request.mode, depth)
+    if not request.slice_size:
+        return ask
+    slice_depth = depth_of(request.slice_level)
+    if slice_depth is None:
+        return Refusal(
+            False,
+            f"{where}{of_set}: slice level {request.slice_level!r} is not a level of Topology "
+            f"{topology.name} (its levels: {known})",
+        )
+    if slice_depth < depth:
+        return Refusal(
+            False,
+            f"{where}{of_set}: slice level {request.slice_level!r} is broader than the pod "
+            f"set's level {request.level!r}; a slice must fit inside the gang's domain",
+        )
+    k = request.slice_size
+    if pod_set.min_count % k or pod_set.count % k:
+        return Refusal(
+            False,
+            f"{where}{of_set}: slice size {k} does not divide the pod set's "
+            f"{pod_set.min_count} members",
+        )
+    return TopologyAsk(topology.name, levels, has_hostname, request.mode, depth, k, slice_depth)
