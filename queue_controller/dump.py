@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from queue_controller.core.model.objects import Snapshot
+from queue_controller.core.model import Snapshot
 from queue_controller.errors import DumpError, InputError, plain, shown
 from queue_controller.kube.fields import describe, get
 from queue_controller.kube.snapshot import Located, Translation, is_supported, translate

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from queue_controller.core.model.quantity import parse_quantity
+from queue_controller.core.model import parse_quantity
 from queue_controller.errors import InputError, QuantityError
 
 _PROFILE = re.compile(r"^(?P<compute>[1-7])g\.(?P<memory>[0-9]+)gb(?P<media>\+me)?$")

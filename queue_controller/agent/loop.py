@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from queue_controller.agent.metrics import AgentMetrics
-from queue_controller.core.model.objects import UnhealthyGpu
+from queue_controller.core.model import UnhealthyGpu
 from queue_controller.errors import InputError
 from queue_controller.gpuhealth.nvml import Session, Unavailable
 from queue_controller.gpuhealth.readings import Limits, XidEvent

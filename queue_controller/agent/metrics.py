@@ -13,7 +13,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from queue_controller.core.model.objects import UnhealthyGpu
+from queue_controller.core.model import UnhealthyGpu
 from queue_controller.gpuhealth.inventory import Inventory
 from queue_controller.gpuhealth.readings import Reading, XidEvent
 

@@ -14,10 +14,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from queue_controller.core.model.objects import BorrowPolicy, ReclaimPolicy, WithinPolicy
-from queue_controller.core.model.quantity import parse_quantity
-from queue_controller.core.model.resources import is_extended
-from queue_controller.core.rules.nodes import HOSTNAME_LABEL
+from queue_controller.core.model import (
+    BorrowPolicy,
+    ReclaimPolicy,
+    WithinPolicy,
+    is_extended,
+    parse_quantity,
+)
+from queue_controller.core.rules import HOSTNAME_LABEL
 from queue_controller.errors import QuantityError
 
 GROUP = "queue-controller.io"

@@ -15,8 +15,8 @@ from typing import Any
 from queue_controller.chaos.confirm import NotInjected
 from queue_controller.chaos.marks import TAINT_KEY, Marks
 from queue_controller.chaos.observe import PHASES, GangSeen
-from queue_controller.core.model.objects import UnhealthyGpu
-from queue_controller.core.rules.gpuhealth import GPU_COUNT_LABEL
+from queue_controller.core.model import UnhealthyGpu
+from queue_controller.core.rules import GPU_COUNT_LABEL
 from queue_controller.errors import InputError
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import nodehealth

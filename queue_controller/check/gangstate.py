@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from queue_controller.core.rules.ordering import PriorityTable
-from queue_controller.core.rules.prepared import prepare
+from queue_controller.core.rules import PriorityTable, prepare
 from queue_controller.kube.fields import epoch_seconds, timestamp
 from queue_controller.kube.gangs import GangView
 from queue_controller.kube.views import MemberPod

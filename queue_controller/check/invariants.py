@@ -16,12 +16,9 @@ from dataclasses import dataclass
 
 from queue_controller.check.gangstate import GangState, gang_state
 from queue_controller.check.violations import Invariant, Violation
-from queue_controller.core.model.objects import TeamQuota
-from queue_controller.core.model.quantity import format_milli
-from queue_controller.core.model.resources import is_extended
-from queue_controller.core.quota.ledger import guaranteed, lendable
-from queue_controller.core.rules.ordering import PriorityTable
-from queue_controller.core.rules.prepared import TERMINATED_PHASES
+from queue_controller.core.model import TeamQuota, format_milli, is_extended
+from queue_controller.core.quota import guaranteed, lendable
+from queue_controller.core.rules import TERMINATED_PHASES, PriorityTable
 from queue_controller.kube.fields import Obj, get
 from queue_controller.kube.gangs import HOLDING_PHASES
 from queue_controller.kube.snapshot import Translation

@@ -11,7 +11,7 @@ import click
 from queue_controller.cli.options import output_option
 from queue_controller.cli.render import decisions_table
 from queue_controller.core import schedule
-from queue_controller.core.cycle.pacing import DEFAULT_CREATION_BACKLOG
+from queue_controller.core.cycle import DEFAULT_CREATION_BACKLOG
 from queue_controller.dump import LeftOut, bundled_example, decode, load_dump, read_file
 from queue_controller.errors import InputError
 

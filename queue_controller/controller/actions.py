@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queue_controller.api.v1alpha1 import PodGroup
-from queue_controller.core.rules.requeue import Requeue
+from queue_controller.core.rules import Requeue
 from queue_controller.kube.views import MemberPod, Ref, Write
 
 Obj = dict[str, Any]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from queue_controller.core.model.objects import GpuHealth, UnhealthyGpu
+from queue_controller.core.model import GpuHealth, UnhealthyGpu
 from queue_controller.kube.views import MemberPod
 
 

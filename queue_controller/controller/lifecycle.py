@@ -28,10 +28,9 @@ from queue_controller.controller import gpuwatch
 from queue_controller.controller.binding import member_bindings
 from queue_controller.controller.status import iso
 from queue_controller.controller.summaries import summaries
-from queue_controller.core.cycle.admission import CycleResult
-from queue_controller.core.model.decisions import Decision, Verdict
-from queue_controller.core.model.objects import GpuHealth, Queue, RequeuePolicy
-from queue_controller.core.rules.requeue import Requeue, pods_ready_timeout, requeue
+from queue_controller.core.cycle import CycleResult
+from queue_controller.core.model import Decision, GpuHealth, Queue, RequeuePolicy, Verdict
+from queue_controller.core.rules import Requeue, pods_ready_timeout, requeue
 from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.gangs import GangView
 from queue_controller.kube.resources import POD_GROUP

@@ -29,7 +29,7 @@ from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.controller.summaries import nominated_room
 from queue_controller.core import CycleResult, Verdict, schedule
-from queue_controller.core.rules.gpuhealth import unhealthy_indices
+from queue_controller.core.rules import unhealthy_indices
 from queue_controller.errors import InputError
 from queue_controller.kube.gangs import GangView
 from queue_controller.kube.memo import TranslationMemo

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from queue_controller.core.cycle.pacing import DEFAULT_CREATION_BACKLOG
+from queue_controller.core.cycle import DEFAULT_CREATION_BACKLOG
 from queue_controller.envsettings import load_settings
 from queue_controller.errors import InputError
 from queue_controller.journal import DEFAULT_URL

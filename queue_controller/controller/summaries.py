@@ -12,12 +12,16 @@ from collections.abc import Mapping
 
 from queue_controller.api.v1alpha1 import PodGroupPhase
 from queue_controller.controller import actions as act
-from queue_controller.core.cycle.admission import CycleResult
-from queue_controller.core.model.decisions import Reason, Verdict
-from queue_controller.core.model.objects import ResourceQuota
-from queue_controller.core.model.quantity import format_milli
-from queue_controller.core.model.resources import ONE, is_extended
-from queue_controller.core.rules.requests import pod_request
+from queue_controller.core.cycle import CycleResult
+from queue_controller.core.model import (
+    ONE,
+    Reason,
+    ResourceQuota,
+    Verdict,
+    format_milli,
+    is_extended,
+)
+from queue_controller.core.rules import pod_request
 from queue_controller.errors import InvalidSpecError
 from queue_controller.kube.gangs import HOLDING_PHASES
 from queue_controller.kube.snapshot import Translation

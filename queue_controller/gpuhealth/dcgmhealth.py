@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from queue_controller.core.model.objects import UnhealthyGpu
+from queue_controller.core.model import UnhealthyGpu
 from queue_controller.errors import InputError
 from queue_controller.gpuhealth.dcgm import GpuSample
 from queue_controller.gpuhealth.tracker import APPLICATION_XIDS, XID, HealthTracker

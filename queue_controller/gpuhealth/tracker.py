@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from queue_controller.core.model.objects import UnhealthyGpu
+from queue_controller.core.model import UnhealthyGpu
 
 # Stable reasons, as they appear in the Node's GPUHealthy condition.
 XID = "XidCriticalError"

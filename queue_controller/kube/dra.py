@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from queue_controller.core.model.dra import (
+from queue_controller.core.model import (
     AllocatedDevice,
     ClaimTemplate,
     Device,

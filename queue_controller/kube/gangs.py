@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queue_controller.api import v1alpha1
-from queue_controller.core.model.objects import PodSet, Queue, Workload, WorkloadPhase
+from queue_controller.core.model import PodSet, Queue, Workload, WorkloadPhase
 from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.kinds import QUEUE_LABEL, KindGang, WorkloadKind
 from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from queue_controller.core.model.objects import UnhealthyGpu
+from queue_controller.core.model import UnhealthyGpu
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import nodehealth
 from queue_controller.kube.fields import Obj

@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from queue_controller.core.model.objects import GpuHealth, UnhealthyGpu
-from queue_controller.core.rules.gpuhealth import GPU_COUNT_LABEL
+from queue_controller.core.model import GpuHealth, UnhealthyGpu
+from queue_controller.core.rules import GPU_COUNT_LABEL
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import Obj, epoch_seconds, get, iso, objects, strings
 

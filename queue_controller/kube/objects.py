@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from queue_controller.api import v1alpha1
-from queue_controller.core.model.objects import (
+from queue_controller.core.model import (
     Cohort,
     Container,
     Node,
@@ -30,8 +30,8 @@ from queue_controller.core.model.objects import (
     TeamQuota,
     Toleration,
     Topology,
+    parse_milli,
 )
-from queue_controller.core.model.quantity import parse_milli
 from queue_controller.errors import InputError, QuantityError, shown
 from queue_controller.kube import nodehealth
 from queue_controller.kube.fields import Obj, get, objects, strings

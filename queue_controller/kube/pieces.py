@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from queue_controller.core.model.objects import GpuHealth, Node
-from queue_controller.core.rules.requests import pod_request
+from queue_controller.core.model import GpuHealth, Node
+from queue_controller.core.rules import pod_request
 from queue_controller.errors import InvalidSpecError
 from queue_controller.kube import kinds, nodehealth, objects
 from queue_controller.kube.fields import Obj, get, timestamp

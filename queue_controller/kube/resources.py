@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from queue_controller.api import v1alpha1
-from queue_controller.core.rules.nodes import HOSTNAME_LABEL
+from queue_controller.core.rules import HOSTNAME_LABEL
 
 __all__ = [
     "ADMISSION_GATE",

@@ -19,14 +19,17 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from queue_controller.core.model.dra import ClaimTemplate, DeviceClass, ResourceClaim, ResourceSlice
-from queue_controller.core.model.objects import (
+from queue_controller.core.model import (
     BoundPod,
+    ClaimTemplate,
     Cohort,
+    DeviceClass,
     GpuHealth,
     Node,
     PriorityClass,
     Queue,
+    ResourceClaim,
+    ResourceSlice,
     Snapshot,
     TeamQuota,
     Topology,

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from queue_controller.core.model.objects import LeftOut
+from queue_controller.core.model import LeftOut
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import timestamp
 from queue_controller.kube.kinds import WATCHED, KindFacts, KindGang, WorkloadKind, queue_name

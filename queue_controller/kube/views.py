@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queue_controller.core.model.objects import PodTemplate
-from queue_controller.core.rules.gpuhealth import is_gpu_resource
+from queue_controller.core.model import PodTemplate
+from queue_controller.core.rules import is_gpu_resource
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import Obj, get, objects, strings, timestamp
 from queue_controller.kube.objects import pod_template

@@ -60,9 +60,8 @@ from queue_controller.core import (
     one_pod_set,
     schedule,
 )
-from queue_controller.core.model.objects import BorrowPolicy, ReclaimPolicy, WithinPolicy
-from queue_controller.core.model.resources import scale
-from queue_controller.core.quota.ledger import QuotaLedger
+from queue_controller.core.model import BorrowPolicy, ReclaimPolicy, WithinPolicy, scale
+from queue_controller.core.quota import QuotaLedger
 from queue_controller.sim.cluster import NodeBook, PodScheduler
 from queue_controller.sim.runstate import JOB_TEMPLATE, JobState, Phase
 from queue_controller.sim.scenario import Scenario

@@ -21,8 +21,8 @@ from operator import attrgetter
 from typing import Any
 
 from queue_controller.core import BoundPod, Container, Node, PodTemplate
-from queue_controller.core.model.resources import GPU, ONE, scarcity_rank
-from queue_controller.core.rules.nodes import exclusion, usable_allocatable
+from queue_controller.core.model import GPU, ONE, scarcity_rank
+from queue_controller.core.rules import exclusion, usable_allocatable
 from queue_controller.sim.dra import DeviceBook
 from queue_controller.sim.faults import ForeignPod
 from queue_controller.sim.gpus import capacity, value_of

@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from queue_controller.core import Decision, Queue, Verdict
-from queue_controller.core.model.objects import TopologyMode, TopologyRequest
-from queue_controller.core.model.resources import ONE
-from queue_controller.core.rules.topology import HOSTNAME
+from queue_controller.core.model import ONE, TopologyMode, TopologyRequest
+from queue_controller.core.rules import HOSTNAME
 from queue_controller.sim.gpus import gpu_resources, unit_value
 from queue_controller.sim.runstate import JobState
 from queue_controller.sim.scenario import Scenario

@@ -31,17 +31,18 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from queue_controller.core import Container, Node, PodTemplate
-from queue_controller.core.model.dra import (
+from queue_controller.core.model import (
+    GPU,
+    ONE,
     AllocatedDevice,
     ClaimTemplate,
     Device,
     DeviceClass,
     DeviceRequest,
+    PodClaim,
     ResourceClaim,
     ResourceSlice,
 )
-from queue_controller.core.model.objects import PodClaim
-from queue_controller.core.model.resources import GPU, ONE
 from queue_controller.sim.gpus import PRODUCT_LABEL, REPLICAS_LABEL
 
 DRIVER = "gpu.nvidia.com"

@@ -11,7 +11,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from queue_controller.core.model.resources import GPU, ONE
+from queue_controller.core.model import GPU, ONE
 from queue_controller.sim.scenario import Faults, Scenario
 
 FOREIGN_GPUS = ((1, 0.5), (2, 0.25), (4, 0.25))

@@ -21,7 +21,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 
-from queue_controller.core.rules.nodes import exclusion
+from queue_controller.core.rules import exclusion
 from queue_controller.sim.gpus import gpu_resources, unit_value, value_of
 from queue_controller.sim.results import Series, UpperBound
 from queue_controller.sim.runstate import JobState, prepare_jobs

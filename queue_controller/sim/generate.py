@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from queue_controller.core import Node, PriorityClass, Queue, TeamQuota
-from queue_controller.core.model.resources import CPU, GPU, MEMORY, ONE
+from queue_controller.core.model import CPU, GPU, MEMORY, ONE
 from queue_controller.sim.gpus import PRODUCT_LABEL, capacity, gpu_resources, unit_value
 from queue_controller.sim.scenario import Faults, Scenario, SimJob
 

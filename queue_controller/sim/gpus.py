@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 
 from queue_controller.core import Node
-from queue_controller.core.model.resources import GPU, MIG_PREFIX, ONE
+from queue_controller.core.model import GPU, MIG_PREFIX, ONE
 
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from queue_controller import nodepools
 from queue_controller.api import v1alpha1
 from queue_controller.core import Cohort, Node, PriorityClass, Queue, TeamQuota
-from queue_controller.core.rules.ordering import BUILTIN_PRIORITY_CLASSES
+from queue_controller.core.rules import BUILTIN_PRIORITY_CLASSES
 from queue_controller.dump import read_file, read_objects
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import describe

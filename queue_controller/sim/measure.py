@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from queue_controller.core.model.resources import ONE
+from queue_controller.core.model import ONE
 from queue_controller.sim.gpus import gpu_resources, unit_value
 from queue_controller.sim.results import SIZE_CLASSES, Percentiles, Series, TeamShare
 

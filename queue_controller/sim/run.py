@@ -11,10 +11,9 @@ from queue_controller.core import (
     Decision,
     Verdict,
 )
-from queue_controller.core.model.resources import scale
-from queue_controller.core.quota.ledger import QuotaLedger
-from queue_controller.core.rules.ordering import PriorityTable
-from queue_controller.core.rules.requeue import pods_ready_timeout, requeue
+from queue_controller.core.model import scale
+from queue_controller.core.quota import QuotaLedger
+from queue_controller.core.rules import PriorityTable, pods_ready_timeout, requeue
 from queue_controller.errors import InvalidSpecError
 from queue_controller.sim.admission import Admission
 from queue_controller.sim.binding import Binding

@@ -16,8 +16,8 @@ from queue_controller.core import (
     WorkloadPhase,
     one_pod_set,
 )
-from queue_controller.core.model.resources import GPU, ONE
-from queue_controller.core.rules.requests import pod_request
+from queue_controller.core.model import GPU, ONE
+from queue_controller.core.rules import pod_request
 from queue_controller.errors import InvalidSpecError
 from queue_controller.sim.dra import DraCluster
 from queue_controller.sim.scenario import SimJob

@@ -19,8 +19,7 @@ from queue_controller.core import (
     Queue,
     TeamQuota,
 )
-from queue_controller.core.model.objects import Topology, TopologyRequest
-from queue_controller.core.model.resources import is_extended
+from queue_controller.core.model import Topology, TopologyRequest, is_extended
 from queue_controller.sim.dra import DraCluster
 
 

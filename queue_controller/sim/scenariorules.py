@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from queue_controller.core.model.objects import BorrowPolicy, ReclaimPolicy
-from queue_controller.core.placement.shapes import Placement
+from queue_controller.core.model import BorrowPolicy, ReclaimPolicy
+from queue_controller.core.placement import Placement
 from queue_controller.sim.scenario import Scenario
 
 

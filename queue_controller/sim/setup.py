@@ -27,8 +27,8 @@ def with_dra(scenario: Scenario, dra: bool) -> Scenario:
     (``--dra``: see :mod:`queue_controller.sim.dra`)."""
     if not dra:
         return scenario
-    from queue_controller.core.model.resources import GPU, ONE
-    from queue_controller.core.rules.requests import pod_request
+    from queue_controller.core.model import GPU, ONE
+    from queue_controller.core.rules import pod_request
     from queue_controller.errors import InvalidSpecError
     from queue_controller.sim import dra as sim_dra
     from queue_controller.sim.gpus import PRODUCT_LABEL

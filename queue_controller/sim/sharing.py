@@ -39,8 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from queue_controller.core import TeamQuota
-from queue_controller.core.model.resources import scale
-from queue_controller.core.quota.ledger import QuotaLedger, lendable
+from queue_controller.core.model import scale
+from queue_controller.core.quota import QuotaLedger, lendable
 from queue_controller.sim.measure import HOUR, percentiles
 from queue_controller.sim.results import Percentiles, ReclaimWaits, ShareSeries
 from queue_controller.sim.runstate import JobState, Phase

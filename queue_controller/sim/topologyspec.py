@@ -31,8 +31,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from queue_controller.core.model.objects import Topology, TopologyMode, TopologyRequest
-from queue_controller.core.rules.topology import HOSTNAME
+from queue_controller.core.model import Topology, TopologyMode, TopologyRequest
+from queue_controller.core.rules import HOSTNAME
 from queue_controller.dump import StrictLoader
 from queue_controller.errors import InputError
 from queue_controller.sim.scenario import Scenario, SimJob

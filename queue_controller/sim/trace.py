@@ -34,9 +34,13 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from queue_controller.core.model.objects import TopologyMode, TopologyRequest
-from queue_controller.core.model.quantity import parse_quantity
-from queue_controller.core.model.resources import GPU, is_extended
+from queue_controller.core.model import (
+    GPU,
+    TopologyMode,
+    TopologyRequest,
+    is_extended,
+    parse_quantity,
+)
 from queue_controller.dump import StrictLoader, read_file
 from queue_controller.errors import InputError, QuantityError
 from queue_controller.sim.scenario import SimJob

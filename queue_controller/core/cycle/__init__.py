@@ -8,3 +8,17 @@ once per cycle, from the snapshot's DRA objects and the usage that
 :mod:`..devices`); ``pacing`` limits admission to what the Job controller can
 create.
 """
+
+from queue_controller.core.cycle.admission import (
+    CycleResult,
+    schedule,
+)
+from queue_controller.core.cycle.pacing import (
+    DEFAULT_CREATION_BACKLOG,
+)
+
+__all__ = [
+    "DEFAULT_CREATION_BACKLOG",
+    "CycleResult",
+    "schedule",
+]

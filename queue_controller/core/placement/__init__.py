@@ -8,3 +8,19 @@ gang admission would.  ``topology/`` keeps a gang within racks and blocks.
 
 Independent of :mod:`..quota`: only preemption and the cycle use both.
 """
+
+from queue_controller.core.placement.fit import (
+    EquivalenceIndex,
+)
+from queue_controller.core.placement.podscan import (
+    PodByPodPlacer,
+)
+from queue_controller.core.placement.shapes import (
+    Placement,
+)
+
+__all__ = [
+    "EquivalenceIndex",
+    "Placement",
+    "PodByPodPlacer",
+]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
-from queue_controller.core.model.objects import PodSet
+from queue_controller.core.model import PodSet
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import Obj
 from queue_controller.kube.resources import Resource

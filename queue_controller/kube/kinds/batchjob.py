@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from queue_controller.core.model.objects import one_pod_set
+from queue_controller.core.model import one_pod_set
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import (
     INT64_MAX,

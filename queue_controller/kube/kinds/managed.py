@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from queue_controller.core.model.resources import is_extended
+from queue_controller.core.model import is_extended
 from queue_controller.kube.fields import Obj
 from queue_controller.kube.resources import JOB, POD, Resource
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from queue_controller.core.model.objects import PodSet, PodTemplate, TopologyRequest
+from queue_controller.core.model import PodSet, PodTemplate, TopologyRequest
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import (
     INT64_MAX,

@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from queue_controller.core.model.objects import TopologyMode, TopologyRequest
+from queue_controller.core.model import TopologyMode, TopologyRequest
 
 __all__ = [
     "PREFERRED",
