@@ -23,18 +23,18 @@ from queue_controller.errors import InputError
 
 if TYPE_CHECKING:
     from queue_controller.journal import Entry, Journal
-    from queue_controller.sim.scenario import Faults
+    from queue_controller.sim.scenario.spec import Faults
 
-# queue_controller.sim.engine.POLICIES, spelled out so that --help and argument errors do
+# queue_controller.sim.engine.compare.POLICIES, spelled out so that --help and argument errors do
 # not import the engine (a test holds the two equal).
 POLICIES = ("gang-fit", "quota-only", "per-pod")
-# queue_controller.sim.engine.PREEMPTION_MODES, likewise.
+# queue_controller.sim.engine.compare.PREEMPTION_MODES, likewise.
 PREEMPTION_MODES = ("as-configured", "off", "on", "compare")
 DEFAULT_OUT = "simulation-report"
 # The journal's writer drops its oldest entries once 10,000 wait: let it catch up well before.
 _FLUSH_EVERY = 2000
 _FLUSH_TIMEOUT = 60.0
-# Fault options -> the fields of queue_controller.sim.scenario.Faults they set, and the
+# Fault options -> the fields of queue_controller.sim.scenario.spec.Faults they set, and the
 # factor from the option's unit to the field's.
 _FAULTS = {
     "node_failures_per_hour": ("node_failures_per_hour", 1.0),
@@ -104,10 +104,10 @@ def _check_inputs(
 
 def _faults(bundled: bool, options: dict[str, float | None]) -> Faults:
     """The bundled scenario's faults, or none, with the options given put over them."""
-    from queue_controller.sim.scenario import Faults
+    from queue_controller.sim.scenario.spec import Faults
 
     if bundled:
-        from queue_controller.sim.generate import DEFAULT_FAULTS
+        from queue_controller.sim.scenario.generate import DEFAULT_FAULTS
 
         faults = DEFAULT_FAULTS
     else:
@@ -346,7 +346,7 @@ def simulate(
     the journal, for `queue-controller history --source simulation:<run id>`.
     """
     bundled = _check_inputs(ctx, cluster, queues, trace, generate)
-    from queue_controller.sim.policy import bundled_policies_dir, load, resolve
+    from queue_controller.sim.scenario.policy import bundled_policies_dir, load, resolve
 
     policy_path = resolve(policy_name)
     policy = load(policy_path)
@@ -372,7 +372,7 @@ def simulate(
             "foreign_pods_per_hour": foreign_pods_per_hour,
         },
     )
-    from queue_controller.sim.setup import build_scenario, with_dra, with_topology
+    from queue_controller.sim.scenario.setup import build_scenario, with_dra, with_topology
 
     scenario = build_scenario(
         bundled=bundled,
@@ -388,8 +388,8 @@ def simulate(
     scenario = with_topology(scenario, topology, seed=seed)
     scenario = with_dra(scenario, dra)
     from queue_controller.journal.database import parse_url
-    from queue_controller.sim.engine import simulate as run_simulation
-    from queue_controller.sim.report import report_json, summary_table, write_report
+    from queue_controller.sim.engine.compare import simulate as run_simulation
+    from queue_controller.sim.report.render import report_json, summary_table, write_report
 
     run_id = _run_id()
     journal = None if no_journal else _open_journal(url)

@@ -26,11 +26,15 @@ from rich.table import Table
 
 from queue_controller import nodepools
 from queue_controller.core import ResourceQuota, TeamQuota
-from queue_controller.sim.engine import simulate
-from queue_controller.sim.generate import DEFAULT_FAULTS, bundled_scenario, generate_workload
-from queue_controller.sim.inputs import load_cluster
-from queue_controller.sim.policy import Policy
-from queue_controller.sim.scenario import Scenario
+from queue_controller.sim.engine.compare import simulate
+from queue_controller.sim.scenario.generate import (
+    DEFAULT_FAULTS,
+    bundled_scenario,
+    generate_workload,
+)
+from queue_controller.sim.scenario.inputs import load_cluster
+from queue_controller.sim.scenario.policy import Policy
+from queue_controller.sim.scenario.spec import Scenario
 
 BUNDLED_NODES = 64
 

@@ -14,17 +14,17 @@ import dataclasses
 import pytest
 
 from queue_controller.core import Queue, ResourceQuota, TeamQuota
-from queue_controller.sim.engine import simulate
-from queue_controller.sim.generate import (
+from queue_controller.sim.engine.compare import simulate
+from queue_controller.sim.measurement.results import SimulationReport
+from queue_controller.sim.report.render import report_json
+from queue_controller.sim.scenario.generate import (
     DEFAULT_FAULTS,
     bundled_scenario,
     generate_workload,
 )
-from queue_controller.sim.gpus import capacity
-from queue_controller.sim.policy import Policy, load, resolve
-from queue_controller.sim.report import report_json
-from queue_controller.sim.results import SimulationReport
-from queue_controller.sim.scenario import Faults, Scenario, SimJob
+from queue_controller.sim.scenario.gpus import capacity
+from queue_controller.sim.scenario.policy import Policy, load, resolve
+from queue_controller.sim.scenario.spec import Faults, Scenario, SimJob
 from tests.builders import gpu_node
 
 

@@ -2,7 +2,7 @@
 
 Most tests stand the engine, the generator and the input loaders in with fakes, so
 that what the command does with its options is checked on its own; the last tests run
-the real engine and are skipped while ``queue_controller.sim.engine`` does not import.
+the real engine and are skipped while ``queue_controller.sim.engine.compare`` does not import.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from click.testing import CliRunner, Result
 from queue_controller.cli import cli
 from queue_controller.cli.simulate import POLICIES, PREEMPTION_MODES, _progress
 from queue_controller.journal import Entry, JournalEvent, read_history
-from queue_controller.sim.report import report_json
-from queue_controller.sim.scenario import Faults, Scenario
+from queue_controller.sim.report.render import report_json
+from queue_controller.sim.scenario.spec import Faults, Scenario
 from tests.plan.harness import run_main
 from tests.sim.test_report import FILES, sample_report
 
@@ -230,15 +230,15 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
         calls.loaded.append(kwargs)
         return _scenario("from-files")
 
-    engine = types.ModuleType("queue_controller.sim.engine")
+    engine = types.ModuleType("queue_controller.sim.engine.compare")
     engine.POLICIES = POLICIES  # type: ignore[attr-defined]
     engine.simulate = simulate  # type: ignore[attr-defined]
-    generate = types.ModuleType("queue_controller.sim.generate")
+    generate = types.ModuleType("queue_controller.sim.scenario.generate")
     generate.DEFAULT_FAULTS = BUNDLED_FAULTS  # type: ignore[attr-defined]
     generate.WorkloadShape = WorkloadShape  # type: ignore[attr-defined]
     generate.bundled_scenario = bundled_scenario  # type: ignore[attr-defined]
     generate.generate_workload = generate_workload  # type: ignore[attr-defined]
-    inputs = types.ModuleType("queue_controller.sim.inputs")
+    inputs = types.ModuleType("queue_controller.sim.scenario.inputs")
     inputs.load_scenario = load_scenario  # type: ignore[attr-defined]
     inputs.load_cluster = lambda path: ()  # type: ignore[attr-defined]
     inputs.load_queues = lambda paths: ((), (), (), ())  # type: ignore[attr-defined]
@@ -458,7 +458,7 @@ def test_progress_bars_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_policies_match_the_engine() -> None:
-    engine = pytest.importorskip("queue_controller.sim.engine")
+    engine = pytest.importorskip("queue_controller.sim.engine.compare")
     assert engine.POLICIES == POLICIES
     assert engine.PREEMPTION_MODES == PREEMPTION_MODES
 

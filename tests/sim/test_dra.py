@@ -21,22 +21,22 @@ from queue_controller.cli import cli
 from queue_controller.core.model.resources import GPU, ONE
 from queue_controller.errors import InputError
 from queue_controller.journal import Entry
-from queue_controller.sim.dra import DRIVER, GPU_CLASS
-from queue_controller.sim.engine import simulate, with_preemption
-from queue_controller.sim.faults import FaultPlan
-from queue_controller.sim.generate import (
+from queue_controller.sim.engine.compare import simulate, with_preemption
+from queue_controller.sim.engine.preempting import Terminating
+from queue_controller.sim.engine.run import PolicyRun
+from queue_controller.sim.report.render import report_json, report_markdown
+from queue_controller.sim.scenario.dra import DRIVER, GPU_CLASS
+from queue_controller.sim.scenario.generate import (
     DEFAULT_FAULTS,
     WorkloadShape,
     bundled_scenario,
     generate_workload,
 )
-from queue_controller.sim.gpus import PRODUCT_LABEL
-from queue_controller.sim.policy import load, resolve
-from queue_controller.sim.preempting import Terminating
-from queue_controller.sim.report import report_json, report_markdown
-from queue_controller.sim.run import PolicyRun
-from queue_controller.sim.scenario import Faults, Scenario
-from queue_controller.sim.setup import with_dra
+from queue_controller.sim.scenario.gpus import PRODUCT_LABEL
+from queue_controller.sim.scenario.policy import load, resolve
+from queue_controller.sim.scenario.setup import with_dra
+from queue_controller.sim.scenario.spec import Faults, Scenario
+from queue_controller.sim.world.faults import FaultPlan
 from tests.sim.test_cli_simulate import error_of
 
 POLICY = load(resolve("default"))

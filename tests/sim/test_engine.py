@@ -9,12 +9,12 @@ a gang's pods-ready timeout runs from its admission.
 from __future__ import annotations
 
 from queue_controller.core import Node, Queue, RequeuePolicy, ResourceQuota, TeamQuota
-from queue_controller.sim.engine import simulate
-from queue_controller.sim.faults import FaultPlan, NodeFailure
-from queue_controller.sim.policy import Policy
-from queue_controller.sim.results import PolicyResult
-from queue_controller.sim.run import PolicyRun
-from queue_controller.sim.scenario import Faults, Scenario, SimJob
+from queue_controller.sim.engine.compare import simulate
+from queue_controller.sim.engine.run import PolicyRun
+from queue_controller.sim.measurement.results import PolicyResult
+from queue_controller.sim.scenario.policy import Policy
+from queue_controller.sim.scenario.spec import Faults, Scenario, SimJob
+from queue_controller.sim.world.faults import FaultPlan, NodeFailure
 
 GPU = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"

@@ -19,9 +19,9 @@ import bisect
 import pytest
 
 from queue_controller.core import Cohort, Queue, ResourceQuota, TeamQuota
-from queue_controller.sim.engine import simulate
-from queue_controller.sim.results import PolicyResult, ShareSeries
-from queue_controller.sim.scenario import Faults, Scenario, SimJob
+from queue_controller.sim.engine.compare import simulate
+from queue_controller.sim.measurement.results import PolicyResult, ShareSeries
+from queue_controller.sim.scenario.spec import Faults, Scenario, SimJob
 from tests.sim.test_engine import GPU, INSTANT, node
 
 COHORT = "pool"

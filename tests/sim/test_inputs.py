@@ -13,7 +13,7 @@ from queue_controller.core.model.resources import GPU
 from queue_controller.core.rules.nodes import is_ready
 from queue_controller.dump import load_snapshot
 from queue_controller.errors import InputError
-from queue_controller.sim.inputs import load_cluster, load_queues
+from queue_controller.sim.scenario.inputs import load_cluster, load_queues
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ROOT / "deploy" / "local-cluster" / "nodes.yaml"

@@ -14,9 +14,9 @@ from textwrap import dedent
 import pytest
 
 from queue_controller.errors import InputError
-from queue_controller.sim import policy, topologyspec
-from queue_controller.sim.inputs import load_cluster, load_queues
-from queue_controller.sim.trace import read_trace
+from queue_controller.sim.scenario import policy, topologyspec
+from queue_controller.sim.scenario.inputs import load_cluster, load_queues
+from queue_controller.sim.scenario.trace import read_trace
 from tests.plan.harness import Run, run_main
 
 DATA = Path(__file__).resolve().parents[2] / "queue_controller" / "data"

@@ -8,7 +8,7 @@ import pytest
 
 from queue_controller.core import Ordering
 from queue_controller.errors import InputError
-from queue_controller.sim import policy
+from queue_controller.sim.scenario import policy
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted((ROOT / "policies").glob("*.yaml"))

@@ -22,12 +22,12 @@ from __future__ import annotations
 import dataclasses
 
 from queue_controller.core import Node, Queue, ResourceQuota, TeamQuota
-from queue_controller.sim.engine import KUEUE_LIKE, simulate, with_preemption
-from queue_controller.sim.faults import FaultPlan, NodeFailure
-from queue_controller.sim.report import report_json
-from queue_controller.sim.results import Percentiles, PolicyResult
-from queue_controller.sim.run import PolicyRun
-from queue_controller.sim.scenario import Faults, Scenario, SimJob
+from queue_controller.sim.engine.compare import KUEUE_LIKE, simulate, with_preemption
+from queue_controller.sim.engine.run import PolicyRun
+from queue_controller.sim.measurement.results import Percentiles, PolicyResult
+from queue_controller.sim.report.render import report_json
+from queue_controller.sim.scenario.spec import Faults, Scenario, SimJob
+from queue_controller.sim.world.faults import FaultPlan, NodeFailure
 from tests.sim.test_engine import GPU, INSTANT, node
 
 HOUR = 3600.0

@@ -21,17 +21,17 @@ from queue_controller.core.model.objects import Topology, TopologyMode, Topology
 from queue_controller.errors import InputError
 from queue_controller.journal import Entry
 from queue_controller.nodepools import BLOCK_LABEL, RACK_LABEL
-from queue_controller.sim import topologyspec
-from queue_controller.sim.engine import simulate
-from queue_controller.sim.generate import (
+from queue_controller.sim.engine.compare import simulate
+from queue_controller.sim.report.render import comparison, report_json
+from queue_controller.sim.scenario import topologyspec
+from queue_controller.sim.scenario.generate import (
     DEFAULT_FAULTS,
     WorkloadShape,
     bundled_scenario,
     generate_workload,
 )
-from queue_controller.sim.inputs import load_cluster
-from queue_controller.sim.report import comparison, report_json
-from queue_controller.sim.scenario import Faults, Scenario, SimJob
+from queue_controller.sim.scenario.inputs import load_cluster
+from queue_controller.sim.scenario.spec import Faults, Scenario, SimJob
 from tests.sim.test_cli_simulate import error_of
 from tests.sim.test_engine import GPU, HOSTNAME, INSTANT, job
 

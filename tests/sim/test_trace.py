@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from queue_controller.errors import InputError
-from queue_controller.sim.inputs import load_scenario, load_trace
-from queue_controller.sim.scenario import SimJob
+from queue_controller.sim.scenario.inputs import load_scenario, load_trace
+from queue_controller.sim.scenario.spec import SimJob
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -333,7 +333,7 @@ def test_a_job_with_an_unknown_priority_class(tmp_path: Path) -> None:
 
 
 def test_the_format_in_the_module_docstring_reads(tmp_path: Path) -> None:
-    from queue_controller.sim import trace
+    from queue_controller.sim.scenario import trace
 
     examples = [line[4:] for line in (trace.__doc__ or "").splitlines() if line.startswith("    ")]
     csv_text, yaml_text = "\n".join(examples[:3]), "\n".join(examples[3:])

@@ -42,6 +42,12 @@ TOPOLOGY_MODULES = "Topology placement's modules only look downward"
 RULES_MODULES = "The rules' modules only look downward"
 DEVICES_MODULES = "DRA matching's modules only look downward"
 MODEL_MODULES = "The model's modules only look downward"
+SIM_PACKAGES = "The simulator's packages only look downward"
+SIM_ENGINE_MODULES = "The simulator engine's modules only look downward"
+SIM_REPORT_MODULES = "The simulator report's modules only look downward"
+SIM_MEASUREMENT_MODULES = "The simulator measurement's modules only look downward"
+SIM_WORLD_MODULES = "The simulated world's modules only look downward"
+SIM_SCENARIO_MODULES = "The simulator scenario's modules only look downward"
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,42 @@ BREAKS = {
         MODEL_MODULES,
         "queue_controller/core/model/quantity.py",
         "import queue_controller.core.model.decisions",
+    ),
+    # The report and the engine stay independent.
+    "report-imports-engine": Break(
+        SIM_PACKAGES,
+        "queue_controller/sim/report/markdown.py",
+        "import queue_controller.sim.engine.run",
+    ),
+    "world-imports-measurement": Break(
+        SIM_PACKAGES,
+        "queue_controller/sim/world/events.py",
+        "import queue_controller.sim.measurement.results",
+    ),
+    "sim-admission-imports-run": Break(
+        SIM_ENGINE_MODULES,
+        "queue_controller/sim/engine/admission.py",
+        "import queue_controller.sim.engine.run",
+    ),
+    "markdown-imports-render": Break(
+        SIM_REPORT_MODULES,
+        "queue_controller/sim/report/markdown.py",
+        "import queue_controller.sim.report.render",
+    ),
+    "results-imports-outcome": Break(
+        SIM_MEASUREMENT_MODULES,
+        "queue_controller/sim/measurement/results.py",
+        "import queue_controller.sim.measurement.outcome",
+    ),
+    "events-imports-cluster": Break(
+        SIM_WORLD_MODULES,
+        "queue_controller/sim/world/events.py",
+        "import queue_controller.sim.world.cluster",
+    ),
+    "gpus-imports-spec": Break(
+        SIM_SCENARIO_MODULES,
+        "queue_controller/sim/scenario/gpus.py",
+        "import queue_controller.sim.scenario.spec",
     ),
     "core-imports-os": Break(CORE_PURE, "queue_controller/core/model/objects.py", "import os"),
     "journal-imports-core": Break(
@@ -243,6 +285,12 @@ def test_one_edit_breaks_its_contract(tmp_path: Path, edit: Break) -> None:
         ("core/rules", RULES_MODULES),
         ("core/devices", DEVICES_MODULES),
         ("core/model", MODEL_MODULES),
+        ("sim", SIM_PACKAGES),
+        ("sim/engine", SIM_ENGINE_MODULES),
+        ("sim/report", SIM_REPORT_MODULES),
+        ("sim/measurement", SIM_MEASUREMENT_MODULES),
+        ("sim/world", SIM_WORLD_MODULES),
+        ("sim/scenario", SIM_SCENARIO_MODULES),
     ],
 )
 def test_a_new_module_must_be_placed_in_its_layers(

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from queue_controller.sim.plots import downsample
+from queue_controller.sim.report.plots import downsample
 from tests.bench.e2e.cost import per_gang
 from tests.bench.e2e.runner import SystemRun
 from tests.bench.e2e.watch import (

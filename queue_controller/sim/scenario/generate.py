@@ -23,8 +23,8 @@ from pathlib import Path
 
 from queue_controller.core import Node, PriorityClass, Queue, TeamQuota
 from queue_controller.core.model import CPU, GPU, MEMORY, ONE
-from queue_controller.sim.gpus import PRODUCT_LABEL, capacity, gpu_resources, unit_value
-from queue_controller.sim.scenario import Faults, Scenario, SimJob
+from queue_controller.sim.scenario.gpus import PRODUCT_LABEL, capacity, gpu_resources, unit_value
+from queue_controller.sim.scenario.spec import Faults, Scenario, SimJob
 
 # Total GPUs of a whole-GPU gang: many singletons, a heavy tail up to 64.
 GANG_GPUS = ((1, 0.55), (2, 0.08), (4, 0.08), (8, 0.12), (16, 0.08), (32, 0.06), (64, 0.03))
@@ -230,7 +230,7 @@ def _data(name: str) -> Path:
 
 def bundled_scenario(*, seed: int = 7, jobs: int = 5000) -> Scenario:
     """64 nodes (8xH100, 8xA100 in MIG, 4xL4 time-sliced), four teams in one cohort."""
-    from queue_controller.sim.inputs import load_cluster, load_queues
+    from queue_controller.sim.scenario.inputs import load_cluster, load_queues
 
     cluster, teams = _data("sim-cluster.yaml"), _data("sim-queues.yaml")
     nodes = load_cluster(cluster)

@@ -19,8 +19,8 @@ from queue_controller.core import (
 from queue_controller.core.model import GPU, ONE
 from queue_controller.core.rules import pod_request
 from queue_controller.errors import InvalidSpecError
-from queue_controller.sim.dra import DraCluster
-from queue_controller.sim.scenario import SimJob
+from queue_controller.sim.scenario.dra import DraCluster
+from queue_controller.sim.scenario.spec import SimJob
 
 # The simulator replays batch/v1 Jobs: a bad template is named where a Job keeps it.
 JOB_TEMPLATE = "spec.template.spec"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from queue_controller.sim.results import SIZE_CLASSES, SimulationReport
+from queue_controller.sim.measurement.results import SIZE_CLASSES, SimulationReport
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -5,7 +5,7 @@ reads a dump with (:func:`queue_controller.dump.read_objects`, then
 :func:`queue_controller.kube.snapshot.build_snapshot`), so a file ``plan``
 refuses is refused here in the same words.  A cluster may also be a NodePools
 file (``deploy/local-cluster/nodes.yaml``).  The trace format lives in
-:mod:`queue_controller.sim.trace`.  Every error is an :class:`InputError`
+:mod:`queue_controller.sim.scenario.trace`.  Every error is an :class:`InputError`
 naming the file, the document or row, and the field.
 
 Where ``plan`` leaves a bad object out and decides the rest, a simulation refuses
@@ -28,8 +28,8 @@ from queue_controller.dump import read_file, read_objects
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import describe
 from queue_controller.kube.snapshot import Located, build_snapshot
-from queue_controller.sim.scenario import Scenario
-from queue_controller.sim.trace import load_trace, read_trace
+from queue_controller.sim.scenario.spec import Scenario
+from queue_controller.sim.scenario.trace import load_trace, read_trace
 
 __all__ = ["QueueObjects", "load_cluster", "load_queues", "load_scenario", "load_trace"]
 

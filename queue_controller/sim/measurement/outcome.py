@@ -6,9 +6,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from queue_controller.sim.events import EPOCH
-from queue_controller.sim.measure import HOUR, Meters, entitlements
-from queue_controller.sim.results import (
+from queue_controller.sim.measurement.measure import HOUR, Meters, entitlements
+from queue_controller.sim.measurement.results import (
     Percentiles,
     PolicyResult,
     Preemptions,
@@ -16,12 +15,13 @@ from queue_controller.sim.results import (
     ShareSeries,
     TopologyFigures,
 )
-from queue_controller.sim.runstate import JobState
-from queue_controller.sim.scenario import Scenario
+from queue_controller.sim.scenario.spec import Scenario
+from queue_controller.sim.world.events import EPOCH
+from queue_controller.sim.world.runstate import JobState
 
 if TYPE_CHECKING:
     from queue_controller.journal import Entry
-    from queue_controller.sim.domainmeter import DomainMeter
+    from queue_controller.sim.measurement.domainmeter import DomainMeter
 
 
 def journal_entry(

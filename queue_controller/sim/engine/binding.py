@@ -3,7 +3,7 @@
 gang-fit binds each member to the node the core planned for it (retrying
 there while the bind fails); the other policies queue members for the
 kube-scheduler model, which binds them wherever they fit, in priority order.
-:class:`~queue_controller.sim.run.PolicyRun` mixes this in; the bind itself,
+:class:`~queue_controller.sim.engine.run.PolicyRun` mixes this in; the bind itself,
 and what it holds, stays there.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from queue_controller.sim.cluster import NodeBook, PodScheduler, QueuedPod
-from queue_controller.sim.events import Kind
-from queue_controller.sim.faults import FaultPlan, uniform
-from queue_controller.sim.policy import Policy
-from queue_controller.sim.runstate import JobState, Phase
+from queue_controller.sim.scenario.policy import Policy
+from queue_controller.sim.world.cluster import NodeBook, PodScheduler, QueuedPod
+from queue_controller.sim.world.events import Kind
+from queue_controller.sim.world.faults import FaultPlan, uniform
+from queue_controller.sim.world.runstate import JobState, Phase
 
 _Owner = tuple[JobState, int, int]  # a queued pod's job, its index, and its bind tries
 

@@ -20,7 +20,7 @@ from queue_controller.core import (
     TeamQuota,
 )
 from queue_controller.core.model import Topology, TopologyRequest, is_extended
-from queue_controller.sim.dra import DraCluster
+from queue_controller.sim.scenario.dra import DraCluster
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from queue_controller.core.model import BorrowPolicy, ReclaimPolicy
 from queue_controller.core.placement import Placement
-from queue_controller.sim.scenario import Scenario
+from queue_controller.sim.scenario.spec import Scenario
 
 
 class NeverRefuses:

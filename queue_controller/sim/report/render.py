@@ -2,7 +2,7 @@
 people, and a summary table for the terminal.
 
 ``report.json`` holds the scalar results only; the time series and the wait lists of
-:class:`~queue_controller.sim.results.PolicyResult` are large and feed the plots alone.
+:class:`~queue_controller.sim.measurement.results.PolicyResult` are large and feed the plots alone.
 """
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ from pathlib import Path
 from rich.table import Table
 
 from queue_controller.errors import InputError
-from queue_controller.sim.markdown import NONE as _NONE
-from queue_controller.sim.markdown import count as _count
-from queue_controller.sim.markdown import duration, gpu_hours, percent
-from queue_controller.sim.markdown import md as _md
-from queue_controller.sim.markdown import md_table as _md_table
-from queue_controller.sim.results import (
+from queue_controller.sim.measurement.results import (
     SIZE_CLASSES,
     Percentiles,
     PolicyResult,
     SimulationReport,
 )
-from queue_controller.sim.sharingreport import preemption_line as _preemption
-from queue_controller.sim.sharingreport import sharing_section as _sharing
+from queue_controller.sim.report.markdown import NONE as _NONE
+from queue_controller.sim.report.markdown import count as _count
+from queue_controller.sim.report.markdown import duration, gpu_hours, percent
+from queue_controller.sim.report.markdown import md as _md
+from queue_controller.sim.report.markdown import md_table as _md_table
+from queue_controller.sim.report.sharing import preemption_line as _preemption
+from queue_controller.sim.report.sharing import sharing_section as _sharing
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -410,7 +410,7 @@ def write_report(report: SimulationReport, out_dir: Path) -> list[Path]:
     Returns the paths written, in that order.  A folder that cannot be written is the
     user's mistake: :class:`~queue_controller.errors.InputError`.
     """
-    from queue_controller.sim.plots import write_plots  # matplotlib: only when needed
+    from queue_controller.sim.report.plots import write_plots  # matplotlib: only when needed
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -161,11 +161,11 @@ def _by_alias(model: type[BaseModel], key: str) -> str:
 
 def bundled_policies_dir() -> Path:
     """``policies/`` of a source checkout, else the copy installed with the package."""
-    here = Path(__file__).resolve()
-    checkout = here.parents[2] / "policies"
+    here = Path(__file__).resolve()  # queue_controller/sim/scenario/policy.py
+    checkout = here.parents[3] / "policies"
     if checkout.is_dir():
         return checkout
-    return here.parent.parent / "data" / "policies"
+    return here.parents[2] / "data" / "policies"
 
 
 def resolve(name_or_path: str) -> Path:

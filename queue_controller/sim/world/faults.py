@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 
 from queue_controller.core.model import GPU, ONE
-from queue_controller.sim.scenario import Faults, Scenario
+from queue_controller.sim.scenario.spec import Faults, Scenario
 
 FOREIGN_GPUS = ((1, 0.5), (2, 0.25), (4, 0.25))
 

@@ -14,7 +14,7 @@ When the core answers Preempt, every victim it names is evicted whole, at once:
 
 The preemptor holds the room the core chose for it (``Workload.nominated``,
 shown to the core at every cycle) until the core admits it there, once the
-victims' pods are gone.  :class:`~queue_controller.sim.run.PolicyRun` mixes
+victims' pods are gone.  :class:`~queue_controller.sim.engine.run.PolicyRun` mixes
 this in.
 """
 
@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queue_controller.core import Decision
-from queue_controller.sim.admission import Admission
-from queue_controller.sim.cluster import NodeBook
-from queue_controller.sim.events import Kind
-from queue_controller.sim.measure import HOUR, Meters
-from queue_controller.sim.policy import Policy
-from queue_controller.sim.results import Preemptions
-from queue_controller.sim.runstate import JobState, Phase
+from queue_controller.sim.engine.admission import Admission
+from queue_controller.sim.measurement.measure import HOUR, Meters
+from queue_controller.sim.measurement.results import Preemptions
+from queue_controller.sim.scenario.policy import Policy
+from queue_controller.sim.world.cluster import NodeBook
+from queue_controller.sim.world.events import Kind
+from queue_controller.sim.world.runstate import JobState, Phase
 
 PREEMPTED = "Preempted"
 PREEMPTING = "Preempting"

@@ -11,11 +11,11 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from queue_controller.core.model import ONE
-from queue_controller.sim.gpus import gpu_resources, unit_value
-from queue_controller.sim.results import SIZE_CLASSES, Percentiles, Series, TeamShare
+from queue_controller.sim.measurement.results import SIZE_CLASSES, Percentiles, Series, TeamShare
+from queue_controller.sim.scenario.gpus import gpu_resources, unit_value
 
 if TYPE_CHECKING:
-    from queue_controller.sim.scenario import Scenario
+    from queue_controller.sim.scenario.spec import Scenario
 
 HOUR = 3600.0
 

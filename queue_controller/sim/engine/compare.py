@@ -33,13 +33,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 
 from queue_controller.core import Preemption, ReclaimPolicy, WithinPolicy
-from queue_controller.sim.faults import FaultPlan
-from queue_controller.sim.fluid import fluid_bound, saturated_allocation
-from queue_controller.sim.gpus import capacity
-from queue_controller.sim.policy import Policy
-from queue_controller.sim.results import PolicyResult, SimulationReport
-from queue_controller.sim.run import PolicyRun, Progress, Record
-from queue_controller.sim.scenario import Faults, Scenario
+from queue_controller.sim.engine.run import PolicyRun, Progress, Record
+from queue_controller.sim.measurement.fluid import fluid_bound, saturated_allocation
+from queue_controller.sim.measurement.results import PolicyResult, SimulationReport
+from queue_controller.sim.scenario.gpus import capacity
+from queue_controller.sim.scenario.policy import Policy
+from queue_controller.sim.scenario.spec import Faults, Scenario
+from queue_controller.sim.world.faults import FaultPlan
 
 POLICIES = ("gang-fit", "quota-only", "per-pod")
 ADMITTING = ("gang-fit", "quota-only")  # the policies that run the core, quotas and all

@@ -62,10 +62,10 @@ from queue_controller.core import (
 )
 from queue_controller.core.model import BorrowPolicy, ReclaimPolicy, WithinPolicy, scale
 from queue_controller.core.quota import QuotaLedger
-from queue_controller.sim.cluster import NodeBook, PodScheduler
-from queue_controller.sim.runstate import JOB_TEMPLATE, JobState, Phase
-from queue_controller.sim.scenario import Scenario
-from queue_controller.sim.scenariorules import NeverRefuses, fair_sharing_teams, preemption_teams
+from queue_controller.sim.scenario.rules import NeverRefuses, fair_sharing_teams, preemption_teams
+from queue_controller.sim.scenario.spec import Scenario
+from queue_controller.sim.world.cluster import NodeBook, PodScheduler
+from queue_controller.sim.world.runstate import JOB_TEMPLATE, JobState, Phase
 
 NO_NODE_FIT = "NoNodeFit"
 QUOTA_EXCEEDED = "QuotaExceeded"

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from queue_controller.errors import InputError
-from queue_controller.sim.scenario import Scenario
+from queue_controller.sim.scenario.spec import Scenario
 
 
 def with_topology(scenario: Scenario, topology: str | None, *, seed: int) -> Scenario:
@@ -15,7 +15,7 @@ def with_topology(scenario: Scenario, topology: str | None, *, seed: int) -> Sce
     is given (``bundled``: the one that goes with the bundled cluster)."""
     if topology is None:
         return scenario
-    from queue_controller.sim import topologyspec
+    from queue_controller.sim.scenario import topologyspec
 
     path = topologyspec.bundled_file() if topology == "bundled" else Path(topology)
     where = "bundled sim-topology.yaml" if topology == "bundled" else topology
@@ -24,14 +24,14 @@ def with_topology(scenario: Scenario, topology: str | None, *, seed: int) -> Sce
 
 def with_dra(scenario: Scenario, dra: bool) -> Scenario:
     """``scenario`` with its whole GPUs asked and offered through DRA, if ``dra``
-    (``--dra``: see :mod:`queue_controller.sim.dra`)."""
+    (``--dra``: see :mod:`queue_controller.sim.scenario.dra`)."""
     if not dra:
         return scenario
     from queue_controller.core.model import GPU, ONE
     from queue_controller.core.rules import pod_request
     from queue_controller.errors import InvalidSpecError
-    from queue_controller.sim import dra as sim_dra
-    from queue_controller.sim.gpus import PRODUCT_LABEL
+    from queue_controller.sim.scenario import dra as sim_dra
+    from queue_controller.sim.scenario.gpus import PRODUCT_LABEL
 
     shapes: set[tuple[str, int, str]] = set()
     for job in scenario.jobs:
@@ -75,8 +75,12 @@ def build_scenario(
     """The scenario that `simulate`'s options describe: bundled (reshaped if asked),
     from files with a trace, or from files with a generated workload."""
     # Imported late: --help and argument errors should not pay for the simulator.
-    from queue_controller.sim.generate import WorkloadShape, bundled_scenario, generate_workload
-    from queue_controller.sim.inputs import load_cluster, load_queues, load_scenario
+    from queue_controller.sim.scenario.generate import (
+        WorkloadShape,
+        bundled_scenario,
+        generate_workload,
+    )
+    from queue_controller.sim.scenario.inputs import load_cluster, load_queues, load_scenario
 
     shape = WorkloadShape(arrival_rate_per_hour=arrival_rate_per_hour, max_gang_gpus=max_gang_gpus)
     described = f"generated: seed={seed}, jobs={jobs}"

@@ -43,7 +43,7 @@ from queue_controller.core.model import (
     ResourceClaim,
     ResourceSlice,
 )
-from queue_controller.sim.gpus import PRODUCT_LABEL, REPLICAS_LABEL
+from queue_controller.sim.scenario.gpus import PRODUCT_LABEL, REPLICAS_LABEL
 
 DRIVER = "gpu.nvidia.com"
 GPU_CLASS = DeviceClass(

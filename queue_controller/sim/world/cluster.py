@@ -23,9 +23,9 @@ from typing import Any
 from queue_controller.core import BoundPod, Container, Node, PodTemplate
 from queue_controller.core.model import GPU, ONE, scarcity_rank
 from queue_controller.core.rules import exclusion, usable_allocatable
-from queue_controller.sim.dra import DeviceBook
-from queue_controller.sim.faults import ForeignPod
-from queue_controller.sim.gpus import capacity, value_of
+from queue_controller.sim.scenario.dra import DeviceBook
+from queue_controller.sim.scenario.gpus import capacity, value_of
+from queue_controller.sim.world.faults import ForeignPod
 
 NOT_READY = {"Ready": "False"}
 

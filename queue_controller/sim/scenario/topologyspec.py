@@ -35,7 +35,7 @@ from queue_controller.core.model import Topology, TopologyMode, TopologyRequest
 from queue_controller.core.rules import HOSTNAME
 from queue_controller.dump import StrictLoader
 from queue_controller.errors import InputError
-from queue_controller.sim.scenario import Scenario, SimJob
+from queue_controller.sim.scenario.spec import Scenario, SimJob
 
 ANY_QUEUE = "*"
 # Where a drawn request says it was written, for the core's messages.

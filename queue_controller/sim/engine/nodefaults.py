@@ -1,6 +1,6 @@
 """Nodes that fail and come back, and pods outside any queue that come and go.
 
-:class:`~queue_controller.sim.run.PolicyRun` mixes this in: a failed node's gangs are
+:class:`~queue_controller.sim.engine.run.PolicyRun` mixes this in: a failed node's gangs are
 evicted whole where a policy admits (and lose their pods where kube-scheduler alone
 places them), and capacity that comes back wakes the admission cycle.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from queue_controller.sim.admission import Admission
-from queue_controller.sim.cluster import ForeignPods, NodeBook
-from queue_controller.sim.events import Kind
-from queue_controller.sim.faults import ForeignPod
-from queue_controller.sim.runstate import JobState
+from queue_controller.sim.engine.admission import Admission
+from queue_controller.sim.world.cluster import ForeignPods, NodeBook
+from queue_controller.sim.world.events import Kind
+from queue_controller.sim.world.faults import ForeignPod
+from queue_controller.sim.world.runstate import JobState
 
 MEMBERS_LOST = "MembersLost"
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from queue_controller.sim.markdown import NONE, count, duration, md_table
-from queue_controller.sim.results import (
+from queue_controller.sim.measurement.results import (
     Percentiles,
     PolicyResult,
     ReclaimWaits,
     SimulationReport,
 )
+from queue_controller.sim.report.markdown import NONE, count, duration, md_table
 
 _MODES = {
     "as-configured": "as each TeamQuota's spec.preemption says",

@@ -18,7 +18,7 @@ gang would have to borrow, as any gang beyond its nominal); *nodes*, the quota
 has room but no node it may use does (its turn, or node room held by anyone).
 The reclaim time is the *lent* part: the time the cohort kept the gang's
 nominal.  The whole wait, and each part, are reported too
-(:class:`~queue_controller.sim.results.ReclaimWaits`), so that a long wait is
+(:class:`~queue_controller.sim.measurement.results.ReclaimWaits`), so that a long wait is
 not read as a slow reclaim.
 
 **Share** is Kueue's fair-sharing share of a cohort: for each resource, what a
@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from queue_controller.core import TeamQuota
 from queue_controller.core.model import scale
 from queue_controller.core.quota import QuotaLedger, lendable
-from queue_controller.sim.measure import HOUR, percentiles
-from queue_controller.sim.results import Percentiles, ReclaimWaits, ShareSeries
-from queue_controller.sim.runstate import JobState, Phase
+from queue_controller.sim.measurement.measure import HOUR, percentiles
+from queue_controller.sim.measurement.results import Percentiles, ReclaimWaits, ShareSeries
+from queue_controller.sim.world.runstate import JobState, Phase
 
 ALL_TEAMS = "all"
 

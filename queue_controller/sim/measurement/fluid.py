@@ -22,10 +22,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from queue_controller.core.rules import exclusion
-from queue_controller.sim.gpus import gpu_resources, unit_value, value_of
-from queue_controller.sim.results import Series, UpperBound
-from queue_controller.sim.runstate import JobState, prepare_jobs
-from queue_controller.sim.scenario import Scenario
+from queue_controller.sim.measurement.results import Series, UpperBound
+from queue_controller.sim.scenario.gpus import gpu_resources, unit_value, value_of
+from queue_controller.sim.scenario.spec import Scenario
+from queue_controller.sim.world.runstate import JobState, prepare_jobs
 
 SATURATED = 0.99
 

@@ -43,7 +43,7 @@ from queue_controller.core.model import (
 )
 from queue_controller.dump import StrictLoader, read_file
 from queue_controller.errors import InputError, QuantityError
-from queue_controller.sim.scenario import SimJob
+from queue_controller.sim.scenario.spec import SimJob
 
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # Flat request columns (CSV) or keys (YAML), and the resource each one sets.

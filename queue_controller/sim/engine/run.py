@@ -15,21 +15,21 @@ from queue_controller.core.model import scale
 from queue_controller.core.quota import QuotaLedger
 from queue_controller.core.rules import PriorityTable, pods_ready_timeout, requeue
 from queue_controller.errors import InvalidSpecError
-from queue_controller.sim.admission import Admission
-from queue_controller.sim.binding import Binding
-from queue_controller.sim.cluster import ForeignPods, NodeBook, PodScheduler
-from queue_controller.sim.domainmeter import DomainMeter
-from queue_controller.sim.events import STRANDED_SAMPLE_SECONDS, Event, Kind
-from queue_controller.sim.faults import FaultPlan, uniform
-from queue_controller.sim.measure import Meters
-from queue_controller.sim.nodefaults import NodeFaults
-from queue_controller.sim.outcome import journal_entry, policy_result
-from queue_controller.sim.policy import DEFAULT_TIMEOUT_SECONDS, Policy
-from queue_controller.sim.preempting import Preempting
-from queue_controller.sim.results import PolicyResult, size_class
-from queue_controller.sim.runstate import JOB_TEMPLATE, JobState, Phase, prepare_jobs
-from queue_controller.sim.scenario import Scenario
-from queue_controller.sim.sharing import ReclaimClock, ShareMeter
+from queue_controller.sim.engine.admission import Admission
+from queue_controller.sim.engine.binding import Binding
+from queue_controller.sim.engine.nodefaults import NodeFaults
+from queue_controller.sim.engine.preempting import Preempting
+from queue_controller.sim.measurement.domainmeter import DomainMeter
+from queue_controller.sim.measurement.measure import Meters
+from queue_controller.sim.measurement.outcome import journal_entry, policy_result
+from queue_controller.sim.measurement.results import PolicyResult, size_class
+from queue_controller.sim.measurement.sharing import ReclaimClock, ShareMeter
+from queue_controller.sim.scenario.policy import DEFAULT_TIMEOUT_SECONDS, Policy
+from queue_controller.sim.scenario.spec import Scenario
+from queue_controller.sim.world.cluster import ForeignPods, NodeBook, PodScheduler
+from queue_controller.sim.world.events import STRANDED_SAMPLE_SECONDS, Event, Kind
+from queue_controller.sim.world.faults import FaultPlan, uniform
+from queue_controller.sim.world.runstate import JOB_TEMPLATE, JobState, Phase, prepare_jobs
 
 if TYPE_CHECKING:
     from queue_controller.journal import Entry

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from queue_controller.core import Decision, Queue, Verdict
 from queue_controller.core.model import ONE, TopologyMode, TopologyRequest
 from queue_controller.core.rules import HOSTNAME
-from queue_controller.sim.gpus import gpu_resources, unit_value
-from queue_controller.sim.runstate import JobState
-from queue_controller.sim.scenario import Scenario
+from queue_controller.sim.scenario.gpus import gpu_resources, unit_value
+from queue_controller.sim.scenario.spec import Scenario
+from queue_controller.sim.world.runstate import JobState
 
 HOUR = 3600.0
 NO_NODE_FIT = "NoNodeFit"
