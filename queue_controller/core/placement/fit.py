@@ -69,6 +69,18 @@ class _Eligibility:
     excluded: Mapping[str, int]  # exclusion -> node count
 
 
+@dataclass(slots=True)
+class _Spread:
+    """One bucket of a class as a spread fills it: its nodes (one free vector), the
+    members each takes, and how many of the nodes are taken so far."""
+
+    rank: Rank
+    fits: int  # members per node
+    free: FreeVector
+    names: list[str]
+    taken: int = 0
+
+
 class EquivalenceIndex:
     """The fast placer: nodes grouped into classes and buckets."""
 
@@ -386,32 +398,31 @@ class EquivalenceIndex:
     def _spread(self, views: list[ClassView], count: int) -> dict[str, int]:
         """A gang larger than any node: fill the biggest nodes, then best-fit the rest."""
         request = views[0].request
-        # [rank, members per node, free, names, nodes taken]
-        buckets: list[list[Any]] = [
-            [rank, fits, free, view.node_class.buckets[free], 0]
+        buckets = [
+            _Spread(rank, fits, free, view.node_class.buckets[free])
             for view in views
             for free, (fits, rank) in view.fitting.items()
         ]
         placement: dict[str, int] = {}
         remaining = count
         while remaining > 0:
-            whole = [b for b in buckets if b[1] >= remaining and b[4] < len(b[3])]
+            whole = [b for b in buckets if b.fits >= remaining and b.taken < len(b.names)]
             if whole:
-                best = min(whole, key=lambda b: (b[0], b[3][b[4]]))
-                placement[best[3][best[4]]] = remaining
+                best = min(whole, key=lambda b: (b.rank, b.names[b.taken]))
+                placement[best.names[best.taken]] = remaining
                 break
-            open_buckets = [b for b in buckets if b[4] < len(b[3])]
-            most = max(b[1] for b in open_buckets)
+            open_buckets = [b for b in buckets if b.taken < len(b.names)]
+            most = max(b.fits for b in open_buckets)
 
-            def filled(b: list[Any], most: int = most) -> tuple[Any, ...]:
-                left = tuple(b[2][d] - a * most for d, a in request.pairs)
-                return (b[0][0], left, *b[0][2:], b[3][b[4]])
+            def filled(b: _Spread, most: int = most) -> tuple[Any, ...]:
+                left = tuple(b.free[d] - a * most for d, a in request.pairs)
+                return (b.rank[0], left, *b.rank[2:], b.names[b.taken])
 
-            pick = min((b for b in open_buckets if b[1] == most), key=filled)
-            nodes = min(len(pick[3]) - pick[4], remaining // most)
-            for name in pick[3][pick[4] : pick[4] + nodes]:
+            pick = min((b for b in open_buckets if b.fits == most), key=filled)
+            nodes = min(len(pick.names) - pick.taken, remaining // most)
+            for name in pick.names[pick.taken : pick.taken + nodes]:
                 placement[name] = most
-            pick[4] += nodes
+            pick.taken += nodes
             remaining -= nodes * most
         return placement
 
