@@ -475,7 +475,11 @@ def test_specs_the_core_refuses_are_invalid_with_an_explanation(
     create(cluster, namespace, too_many)
     for name, words in (
         ("no-class", "PriorityClass 'does-not-exist' does not exist"),
-        ("too-many", "needs 3 members but the Job runs only 2 pods"),
+        (
+            "too-many",
+            "metadata.annotations[queue-controller.io/min-member]: 3 members, "
+            "but the Job runs only 2 pods at once (spec.parallelism)",
+        ),
     ):
         group = eventually(
             lambda n=name: (g := objects.pod_group(n)) and g.get("status", {}).get("reason") and g,

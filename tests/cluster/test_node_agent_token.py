@@ -157,6 +157,29 @@ def status_patch(config: Path, node: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(args, 0, "", "")
 
 
+def wait_for_the_policy(cluster: Cluster, config: Path, node: str, message: str) -> None:
+    """Wait until the API server enforces the policy on this token's writes to ``node``.
+
+    A new policy and binding reach the API server's admission cache a moment after they
+    are created; a write before that is let through.  A server-side dry run goes through
+    admission but changes nothing, so the wait leaves no mark for the test to trip on."""
+    last: list[Any] = []
+
+    def in_force() -> bool:
+        last[:] = [
+            kubectl(
+                cluster, "annotate", "node", node, "--overwrite", f"{PROBE}=x",
+                "--dry-run=server", kubeconfig=config,
+            )
+        ]  # fmt: skip
+        return refused(last[0], POLICY, message)
+
+    try:
+        eventually(in_force, timeout=30, what=f"the policy {POLICY} to be in force")
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {[r.stderr or r.stdout for r in last]}") from None
+
+
 def test_a_node_agent_writes_its_own_node_and_no_other(
     cluster: Cluster, agent: tuple[str, str], nodes: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -172,6 +195,7 @@ def test_a_node_agent_writes_its_own_node_and_no_other(
     user = f"system:serviceaccount:{namespace}:{account}"
     assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == user
 
+    wait_for_the_policy(cluster, config, b, f"node agent on {a} cannot write Node {b}")
     last: list[Any] = []
 
     def own_node_written() -> bool:
@@ -207,6 +231,7 @@ def test_a_token_bound_to_no_pod_writes_no_node(
         what="the token to authenticate",
     )
     # ... and the policy refuses every write.
+    wait_for_the_policy(cluster, config, a, "bound to no pod on a node")
     for result in writes(cluster, config, a):
         assert refused(result, POLICY, "bound to no pod on a node"), result.stderr
     assert PROBE not in (cluster.core.read_node(a).metadata.annotations or {})
