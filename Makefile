@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run plan simulate test lint typecheck imports unit fuzz journal-test cluster-test bench bench-sim bench-gpu bench-translate bench-preemption \
+.PHONY: run plan simulate test lint typecheck imports docs docs-check unit fuzz journal-test cluster-test bench bench-sim bench-gpu bench-translate bench-preemption \
         bench-e2e bench-scale clean help \
         cluster-build cluster-up cluster-down cluster-status
 
@@ -27,7 +27,7 @@ plan: $(STAMP)  ## Plan admission offline over the bundled example cluster dump
 simulate: $(STAMP)  ## Replay the bundled GPU workload under three policies; report in ./simulation-report
 	$(BIN)/queue-controller simulate
 
-test: lint typecheck imports unit journal-test cluster-test  ## The whole test suite (what .ci/run calls)
+test: lint typecheck imports docs-check unit journal-test cluster-test  ## The whole test suite (what .ci/run calls)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,6 +38,15 @@ typecheck: $(STAMP)
 
 imports: $(STAMP)
 	$(BIN)/lint-imports
+
+# The documentation site: docs/ and mkdocs.yml (MkDocs and Material come with the dev extras).
+docs: $(STAMP)  ## Serve the documentation site at http://127.0.0.1:8000, rebuilt as pages change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# Strict: a link to a missing page or anchor, or a page left out of mkdocs.yml's nav, fails.
+# The site goes to ./site (git-ignored).
+docs-check: $(STAMP)  ## Build the documentation site strictly into ./site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 unit: $(STAMP)  ## Tests that need no cluster and no PostgreSQL server
 	$(BIN)/pytest -q -m "not cluster and not postgres"
@@ -102,7 +111,7 @@ bench-scale: $(STAMP) cluster-build  ## The controller's cycle at 2,000 nodes, 2
 	$(BIN)/python -m tests.bench.e2e.scale $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site
 
 # deploy/: the plain manifests are rendered from the Helm chart with the helm that
 # cluster-build builds (deploy/local-cluster/bin/helm); tests/deploy/ checks they are current.

@@ -99,7 +99,7 @@ class Settings(BaseSettings):
             "even without a queue label, in the namespace's Queue `default`.  Empty: off."
         ),
     )
-    # GPU health from DCGM: the alternative to the node agent (see the README).
+    # GPU health from DCGM: the alternative to the node agent (see docs/gpu-health.md).
     dcgm_urls: str = Field(
         default="",
         description=(

@@ -8,7 +8,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.bench.e2e.shape import GPU, pool_sizes, shape
+from tests.bench.e2e.shape import GPU, ROOT, pool_sizes, shape
 from tests.bench.e2e.trace import (
     KWOK_DELAY,
     OPENB_DIR,
@@ -21,6 +21,7 @@ from tests.bench.e2e.trace import (
     kueue_generator,
     kwok_delay,
     openb,
+    repo_relative,
     spread_by_rank,
 )
 
@@ -75,6 +76,14 @@ def test_teams_share_every_gpu_resource_evenly_in_one_cohort() -> None:
     assert all(not t.borrowing_limit for t in teams)
 
 
+def test_reports_name_inputs_relative_to_the_repository() -> None:
+    assert repo_relative(OPENB_DIR) == "../shared/data/openb"
+    assert repo_relative(ROOT / "tests" / "bench" / "e2e" / "small-generator.yaml") == (
+        "tests/bench/e2e/small-generator.yaml"
+    )
+    assert repo_relative(ROOT) == "."
+
+
 @pytest.mark.skipif(not OPENB_DIR.exists(), reason="the openb trace is not here")
 def test_openb_gangs_fit_vary_and_saturate() -> None:
     cluster = shape(20)
@@ -97,6 +106,7 @@ def test_openb_gangs_fit_vary_and_saturate() -> None:
     demand = sum(trace.gpus(g, cluster) * g.runtime_seconds for g in trace.gangs)
     assert demand / (cluster.total_gpus * arrivals[-1]) == pytest.approx(2.0, rel=0.01)
     assert openb(cluster, jobs=80, seed=3) == trace  # seeded
+    assert trace.source == "openb (../shared/data/openb), seed 3"  # no machine path in reports
     assert openb(cluster, jobs=80, seed=4) != trace
 
 

@@ -1,8 +1,9 @@
 """The cluster every system gets: how many kwok nodes of each GPU pool, and what they hold.
 
 ``--nodes N`` keeps the mix of `make cluster-up SIZE="h100=800 a100-mig=150 l4=50 gb200=0"`
-(the README's 1,000-node benchmark cluster) at any size.  gb200 stays empty: its nodes are
-tainted for the topology examples, and a toleration in every Job would only add noise.
+(the 1,000-node benchmark cluster of docs/benchmarks.md) at any size.  gb200 stays empty:
+its nodes are tainted for the topology examples, and a toleration in every Job would only add
+noise.
 """
 
 from __future__ import annotations

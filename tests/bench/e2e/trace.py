@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,14 @@ from tests.bench.e2e.shape import GPU, MIG_PREFIX, ROOT, ClusterShape
 from tests.bench.e2e.teams import QUEUE_NAME, TeamSpec
 
 OPENB_DIR = ROOT.parent / "shared" / "data" / "openb"
+
+
+def repo_relative(path: Path) -> str:
+    """``path`` as a report names it: relative to the repository root (``../shared/data/openb``
+    for the shared data beside it), so that no committed report carries a machine's path."""
+    return Path(os.path.relpath(path.resolve(), ROOT.resolve())).as_posix()
+
+
 OPENB_CREDIT = (
     "Alibaba clusterdata cluster-trace-gpu-v2023 (openb), CC BY 4.0; Weng et al., "
     '"Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation '
@@ -243,7 +252,7 @@ def openb(
     return Trace(
         gangs=tuple(gangs),
         teams=teams,
-        source=f"openb ({directory}), seed {seed}",
+        source=f"openb ({repo_relative(directory)}), seed {seed}",
         credit=OPENB_CREDIT,
         notes=(f"arrivals compressed into {window:.0f} s (offered load {OFFERED_LOAD:g}x)",),
     )
