@@ -29,7 +29,8 @@ from queue_controller.core.model.objects import Workload
 # The controller's default is no pacing (as Kueue's blockAdmission is off by default).  At
 # 1,000 nodes on this project's 2-core machine a budget of 128 pods cut the p99 from
 # admission to all bound from minutes to 14 s, and left no gang partly placed, but the Job
-# controller then idled between rounds: GPU allocation fell by a quarter (README, "Pacing").
+# controller then idled between rounds: GPU allocation fell by a quarter
+# (docs/controller.md, "Pacing").
 DEFAULT_CREATION_BACKLOG = 0
 
 

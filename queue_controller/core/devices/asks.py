@@ -106,7 +106,7 @@ class ClaimReader:
             # asked of every member's node.  The allocator puts it on the node of the
             # first member scheduled, so members that share it must share that node
             # too: that is for the gang to ask (a required hostname topology); the
-            # README says so.
+            # DRA page of the docs (docs/dra.md) says so.
             if not claim.allocated:
                 entries.extend(replace(e, quota=None) for e in claimed)
         return PodAsk(tuple(entries), shared)

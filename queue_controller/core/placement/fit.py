@@ -11,7 +11,7 @@ so a bucket's capacity for a gang is one integer division per resource.
 Feasibility is exact: members are identical, so a gang of ``n`` fits iff the
 sum over nodes of ``min_r floor(free_r / request_r)`` is at least ``n``.
 
-Placement heuristic (documented in the README), chosen to keep whole nodes
+Placement heuristic (documented in docs/model.md), chosen to keep whole nodes
 free for bigger gangs without spreading gangs thin:
 
 1. If one node can hold every member that remains, use the *best fit*: the

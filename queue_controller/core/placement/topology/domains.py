@@ -10,7 +10,7 @@ Counting is in *units*: members, or, for a pod set cut into slices of ``k``,
 whole slices (a slice-level domain holds ``members // k`` of them; a node, when
 slices are per node, ``fits // k``).
 
-Choosing among the domains that fit (the rule, written down in the README):
+Choosing among the domains that fit (the rule, written down in docs/topology.md):
 keep whole domains whole, at every level, for the gangs that need them.
 Candidates are compared from their broadest ancestor down; at each level a
 domain already in use comes before an empty one, and among those the one with
