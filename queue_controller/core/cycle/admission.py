@@ -33,8 +33,7 @@ from queue_controller.core.placement.explain import count_of
 from queue_controller.core.placement.fit import EquivalenceIndex
 from queue_controller.core.placement.shapes import GangShape, Placement, Placer, SetShape
 from queue_controller.core.placement.topology.slices import with_topology
-from queue_controller.core.preemption.preemptor import PreemptingCycle
-from queue_controller.core.preemption.victims import Holder, VictimSearch
+from queue_controller.core.preemption.preemptor import Preemptor
 from queue_controller.core.quota.fairshare import FairShares, FairTurns
 from queue_controller.core.quota.ledger import QuotaLedger
 from queue_controller.core.rules.gpuhealth import unhealthy_note
@@ -58,7 +57,7 @@ class CycleResult:
     awaiting_creation: int = 0
 
 
-class _Cycle(PreemptingCycle):
+class _Cycle:
     def __init__(
         self, snapshot: Snapshot, placer_factory: PlacerFactory, creation_backlog: int | None
     ) -> None:
@@ -102,14 +101,18 @@ class _Cycle(PreemptingCycle):
         )
         # Nodes with some GPUs out, named when a gang does not fit (rarely any).
         self.sick_nodes = [n for n in snapshot.nodes if n.gpu_health is not None]
-        # Preemption: what each admitted gang would give back, and the search over them.
-        self.holders = self._holders(admitted)
-        self.holder_quota = {key: holder.team_quota for key, holder in self.holders.items()}
-        self.by_quota: dict[str, dict[str, Holder]] = defaultdict(dict)
-        for key, holder in self.holders.items():
-            self.by_quota[holder.team_quota][key] = holder
         self.fair = FairShares(self.ledger, snapshot.cohorts)
-        self.search = VictimSearch(self.ledger, self.placer)
+        # Preemption: what each admitted gang would give back, and the search over them.
+        self.preemptor = Preemptor(
+            ledger=self.ledger,
+            placer=self.placer,
+            fair=self.fair,
+            queues=self.queues,
+            shapes=self.shapes,
+            held=self.held,
+            admitted=admitted,
+            place=self._place,
+        )
         # Pending gangs holding nominated room (their victims are still going): the
         # room is charged now, so that no gang before them takes it.
         known = {node.name for node in snapshot.nodes}
@@ -128,7 +131,7 @@ class _Cycle(PreemptingCycle):
                 for item in self.shapes[p.workload.key]
             ):
                 continue  # the gang changed since it took the room: it is tried afresh
-            self._charge(p, +1)
+            self.preemptor.charge(p, +1)
             self.holding.add(p.workload.key)
         # StrictFIFO queue -> the head that holds it up.
         self.blocked_by: dict[tuple[str, str], str] = {}
@@ -208,7 +211,7 @@ class _Cycle(PreemptingCycle):
                 continue
             quota, chosen = turns[fair_cohort].next()
             decision = self._decide(chosen)
-            victims = (self.holder_quota[key] for key, _ in decision.victims)
+            victims = (self.preemptor.holder_quota[key] for key, _ in decision.victims)
             turns[fair_cohort].decided((quota, *victims))
             yield decision
 
@@ -289,7 +292,7 @@ class _Cycle(PreemptingCycle):
                 f"StrictFIFO queue {queue.namespace}/{queue.name} is held by its head {head}",
             )
         if workload.key in self.holding:
-            decision = self._admit_nominated(prepared, queue)
+            decision = self.preemptor.admit_nominated(prepared, queue)
         else:
             decision = self._try_admit(prepared, queue)
         if decision.verdict is Verdict.ADMIT:
@@ -366,7 +369,7 @@ class _Cycle(PreemptingCycle):
         # Past the pacing budget, no gang preempts: its victims would go for a gang that waits.
         paced = self.pacer.would_hold(workload)
         if shortfall is not None:
-            preempting = None if paced else self._try_preempt(prepared, queue, sets, need)
+            preempting = None if paced else self.preemptor.try_preempt(prepared, queue, sets, need)
             if preempting is not None:
                 return preempting
             message = shortfall.describe()
@@ -380,7 +383,7 @@ class _Cycle(PreemptingCycle):
             return decision_for(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, message)
         placed, explanation = self._place(prepared, sets)
         if not placed:
-            preempting = None if paced else self._try_preempt(prepared, queue, sets, need)
+            preempting = None if paced else self.preemptor.try_preempt(prepared, queue, sets, need)
             if preempting is not None:
                 return preempting
             return decision_for(workload, Verdict.PENDING, Reason.NO_NODE_FIT, explanation)

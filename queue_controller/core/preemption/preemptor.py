@@ -16,7 +16,7 @@ The search (Kueue's, made placement-aware):
    most recently created first (the least work lost), fewer GPUs first, then by
    key.  In a fair-sharing cohort they are taken from the quota with the
    highest share first, and the minimal set must keep each victim's quota at or
-   above the preemptor's share (``PreemptingCycle._victims``).
+   above the preemptor's share (``Preemptor._victims``).
 2. *Greedy*: take candidates out one by one, in that order, until the gang fits.
    If it never does, nothing is evicted.
 3. *Minimal*: put each taken candidate back, the last taken first; if the gang
@@ -33,8 +33,8 @@ a real preemption evicts (Kueue evicts a handful of workloads per preemption).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from queue_controller.core.model.decisions import Decision, Reason, Verdict, decision_for
 from queue_controller.core.model.objects import Queue
@@ -48,37 +48,54 @@ from queue_controller.core.quota.fairshare import FairShares
 from queue_controller.core.quota.ledger import QuotaLedger
 from queue_controller.core.rules.prepared import Prepared, Usage
 
+# How the cycle places a gang's pod sets, as one transaction: (placements, "") or
+# ([], why not).  The preemptor's search tries the same placement every admission does.
+PlaceSets = Callable[[Prepared, tuple[SetShape, ...]], tuple[list[Placement], str]]
 
-class PreemptingCycle:
-    """The preemption half of an admission cycle: core/cycle/admission.py's ``_Cycle`` is one.
+
+class Preemptor:
+    """The preemption half of an admission cycle, built from what it reads.
 
     It finds victims for a gang that does not fit, and gives a gang that holds
     nominated room (its victims still going) that room, charged every cycle until
-    it is admitted there.
+    it is admitted there.  It shares the cycle's ledger and placer (what it
+    reserves and commits, every later gang of the cycle sees) and places with the
+    cycle's own ``place``.
     """
 
-    # The cycle's, set up by it.
-    ledger: QuotaLedger
-    placer: Placer
-    queues: dict[tuple[str, str], Queue]
-    shapes: dict[str, tuple[SetShape, ...]]
-    held: dict[str, Usage]
-    holders: dict[str, Holder]  # by key, in Holder.order; victims leave as they are chosen
-    by_quota: dict[str, dict[str, Holder]]  # the same, quota by quota
-    search: VictimSearch
-    fair: FairShares
+    def __init__(
+        self,
+        *,
+        ledger: QuotaLedger,
+        placer: Placer,
+        fair: FairShares,
+        queues: Mapping[tuple[str, str], Queue],
+        shapes: Mapping[str, tuple[SetShape, ...]],
+        held: Mapping[str, Usage],
+        admitted: Iterable[Prepared],
+        place: PlaceSets,
+    ) -> None:
+        self.ledger, self.placer, self.fair = ledger, placer, fair
+        self.queues, self.shapes, self._place = queues, shapes, place
+        # What each admitted gang would give back, by key, in Holder.order; victims
+        # leave as they are chosen.  by_quota holds the same, quota by quota.
+        self.holders = self._holders(admitted, held)
+        # Each admitted gang's TeamQuota, victims included (fair sharing's turns read it).
+        self.holder_quota = {key: holder.team_quota for key, holder in self.holders.items()}
+        self.by_quota: dict[str, dict[str, Holder]] = defaultdict(dict)
+        for key, holder in self.holders.items():
+            self.by_quota[holder.team_quota][key] = holder
+        self.search = VictimSearch(ledger, placer)
 
-    def _place(self, prepared: Prepared, sets: tuple[SetShape, ...]) -> tuple[list[Placement], str]:
-        raise NotImplementedError  # the cycle places, for admissions and for the search alike
-
-    def _holders(self, admitted: Iterable[Prepared]) -> dict[str, Holder]:
+    def _holders(
+        self, admitted: Iterable[Prepared], held: Mapping[str, Usage]
+    ) -> dict[str, Holder]:
         out = []
         for p in admitted:
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
             if p.error or queue is None or queue.team_quota not in self.ledger:
                 continue
-            held = self.held.get(p.workload.key, {})
-            out.append(Holder(p, queue.team_quota, p.need(), held))
+            out.append(Holder(p, queue.team_quota, p.need(), held.get(p.workload.key, {})))
         return {holder.key: holder for holder in sorted(out, key=lambda h: h.order)}
 
     def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
@@ -91,7 +108,7 @@ class PreemptingCycle:
             self.placer.release(item.shape, placement)
         return bool(placed)
 
-    def _try_preempt(
+    def try_preempt(
         self, prepared: Prepared, queue: Queue, sets: tuple[SetShape, ...], need: Resources
     ) -> Decision | None:
         """Evict the fewest, cheapest gangs that make this one fit, if its policy allows."""
@@ -166,7 +183,7 @@ class PreemptingCycle:
         }
         return ShareRuledSearch(self.search, self.fair).run(streams, team, need, fits)
 
-    def _charge(self, prepared: Prepared, sign: int) -> None:
+    def charge(self, prepared: Prepared, sign: int) -> None:
         """Take (+1) or give back (-1) the room a pending gang holds for itself."""
         workload = prepared.workload
         queue = self.queues[(workload.namespace, workload.queue)]
@@ -178,10 +195,10 @@ class PreemptingCycle:
                 take = self.placer.commit if sign > 0 else self.placer.release
                 take(item.shape, Placement(dict(nodes)))
 
-    def _admit_nominated(self, prepared: Prepared, queue: Queue) -> Decision:
+    def admit_nominated(self, prepared: Prepared, queue: Queue) -> Decision:
         """A gang holding room its victims are giving back: admitted there once it is free."""
         workload = prepared.workload
-        self._charge(prepared, -1)
+        self.charge(prepared, -1)
         need = prepared.need()
         sets = self.shapes[workload.key]
         placements = [
@@ -193,7 +210,7 @@ class PreemptingCycle:
             for p, item in zip(placements, sets, strict=True)
         )
         if not whole or self.ledger.shortfall(queue.team_quota, need) is not None:
-            self._charge(prepared, +1)
+            self.charge(prepared, +1)
             nodes = sorted({n for plan in workload.nominated.values() for n in plan})
             return decision_for(
                 workload,

@@ -160,7 +160,7 @@ def _reason(holder: Holder, borrowing: Mapping[str, bool], context: _Context) ->
     )
     if context.fair:
         # Kueue's fair sharing: reclaimWithinCohort decides whom, the shares decide
-        # when (PreemptingCycle._victims); a gang below borrowWithinCohort's
+        # when (Preemptor._victims); a gang below borrowWithinCohort's
         # threshold goes whatever the shares.
         if below_threshold and not within_nominal:
             return Reason.BORROW_WITHIN_COHORT
