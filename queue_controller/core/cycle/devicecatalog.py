@@ -2,11 +2,11 @@
 
 Built once per cycle from the snapshot's DeviceClasses, ResourceSlices,
 ResourceClaims and ResourceClaimTemplates.  Each pod's claims are read into
-entries over matchers (:mod:`.deviceasks`); once every gang of the cycle has
-been read, every device a node offers (:mod:`.deviceoffers`) is given its
+entries over matchers (:mod:`..devices.asks`); once every gang of the cycle has
+been read, every device a node offers (:mod:`..devices.offers`) is given its
 signature (the matchers it satisfies, decided by CEL, cached per kind of
 device) and the entries become dimensions of the placer's vectors
-(:mod:`.devicedims`).
+(:mod:`..devices.dims`).
 
 Quota: a request's devices are charged, one unit each, to its DeviceClass's
 ``quota_resource`` (the ``queue-controller.io/quota-resource`` annotation), or

@@ -2,7 +2,7 @@
 
 A *matcher* is a DeviceClass with one request's selectors: devices that pass
 both.  Every distinct one the cycle meets gets a number, and each of a pod's
-device requests becomes an *entry* over them (see :mod:`.devicedims` for what
+device requests becomes an *entry* over them (see :mod:`.dims` for what
 an entry asks of a node).  A claim that cannot be read (an unknown template,
 claim or class; a selector that does not compile) is an InvalidSpecError
 naming the claim and the expression.

@@ -1,6 +1,6 @@
 """DRA devices as dimensions of the placer's resource vectors.
 
-Why dimensions: the placer (:mod:`.fit`) counts members per node with one
+Why dimensions: the placer (:mod:`..placement.fit`) counts members per node with one
 integer division per resource, over classes and buckets of nodes.  DRA devices
 are not a count, but within one cycle they can be made into counts without
 losing exactness:

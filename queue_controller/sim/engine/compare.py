@@ -2,7 +2,7 @@
 
 Events are arrivals, admission cycles (ticks), pod binding, pods running,
 completion, pods-ready timeouts, requeues coming due, node failures and
-repairs, and pods outside any queue coming and going (:mod:`.events`).  Time
+repairs, and pods outside any queue coming and going (:mod:`..world.events`).  Time
 only moves from one event to the next and ties break on insertion order, so a
 run is a pure function of its inputs and its seed.
 

@@ -1,4 +1,4 @@
-"""Turning `queue-controller simulate`'s options into a :class:`~.scenario.Scenario`."""
+"""Turning `queue-controller simulate`'s options into a :class:`~.spec.Scenario`."""
 
 from __future__ import annotations
 
