@@ -431,7 +431,11 @@ def test_controller_restart_at_admission_admits_once_and_the_gang_runs(
         helper.join(timeout=120)
     print(out)
     assert process.returncode == 0, out
-    assert re.search(r"caught Job \S+ Admitted: [012] members made, [01] running", out), out
+    # Caught while the PodGroup says Admitted (not yet Running): the controller is killed
+    # before it has seen its gang run.  kwok starts pods within milliseconds of binding,
+    # so the members may already run by then (a CI run caught "2 members made, 2
+    # running"); what is under test is the controller's state across the kill.
+    assert re.search(r"caught Job \S+ Admitted: [012] members made, [012] running", out), out
     assert not re.search(r"^evicted", out, re.M)
     print(f"controller back (ready and leading) {restarted[0]:.1f}s after the kill")
     print(f"gang running {seconds_of(out, 'running')}s after the kill")
