@@ -22,28 +22,44 @@ The search (Kueue's, made placement-aware):
 3. *Minimal*: put each taken candidate back, the last taken first; if the gang
    still fits without evicting it, it is spared.  No victim of the result can be
    spared alone (no proper subset missing one victim works).
+4. *Only borrowed gangs*: each other quota must still borrow with its largest
+   victim back (its victims could be taken one by one while it borrowed); if not,
+   the search runs again with borrowing judged as victims are taken out, Kueue's
+   way (``Preemptor._lenders_checked``).
+5. *Without borrowing*: if nothing is found and the policy reclaims, Kueue's
+   attempt in which the gang must end within its own nominal, with other quotas'
+   borrowing gangs and its own lower-priority ones as candidates
+   (``Preemptor._reclaiming``).
 
 Its cost is bounded: at most ``LIMIT`` candidates are considered, and each
 greedy or minimising step is one quota check and one placement attempt on the
 equivalence index (its moves are patches, not rebuilds), so a preemption costs
-at most ``2 * LIMIT`` placements (in a fair-sharing cohort, that once more for
-each quota whose share rule the found set breaks).  ``LIMIT`` is far above what
+at most ``2 * LIMIT`` placements per search (steps 4 and 5 add at most three
+searches; in a fair-sharing cohort, once more for each quota whose share rule
+the found set breaks).  ``LIMIT`` is far above what
 a real preemption evicts (Kueue evicts a handful of workloads per preemption).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from queue_controller.core.model.decisions import Decision, Reason, Verdict, decision_for
-from queue_controller.core.model.objects import Queue
+from queue_controller.core.model.objects import Preemption, Queue, ReclaimPolicy
 from queue_controller.core.model.resources import Resources
 from queue_controller.core.placement.explain import count_of
 from queue_controller.core.placement.shapes import Placement, Placer, SetShape
 from queue_controller.core.placement.topology.slices import with_topology
 from queue_controller.core.preemption.fairvictims import ShareRuledSearch
-from queue_controller.core.preemption.victims import Holder, VictimSearch, candidates
+from queue_controller.core.preemption.victims import (
+    Chooser,
+    Holder,
+    VictimSearch,
+    candidates,
+    lenders_still_borrowed,
+    reclaim_candidates,
+)
 from queue_controller.core.quota.fairshare import FairShares
 from queue_controller.core.quota.ledger import QuotaLedger
 from queue_controller.core.rules.prepared import Prepared, Usage
@@ -116,15 +132,22 @@ class Preemptor:
         policy = self.ledger.quota(team).preemption
         if not policy.enabled:
             return None
-        chosen = candidates(
-            preemptor=prepared,
-            team_quota=team,
-            need=need,
-            policy=policy,
-            ledger=self.ledger,
-            fair=self.fair.applies(team),
-        )
+        fair = self.fair.applies(team)
+
+        def chosen(live: bool) -> Chooser:
+            return candidates(
+                preemptor=prepared,
+                team_quota=team,
+                need=need,
+                policy=policy,
+                ledger=self.ledger,
+                fair=fair,
+                live=live,
+            )
+
         victims = self._victims(prepared, team, need, chosen)
+        if victims is None and not fair and self.ledger.quota(team).cohort:
+            victims = self._reclaiming(prepared, team, need, policy)
         if victims is None:
             return None
         placed, _ = self._place(prepared, sets)  # fits, as the search found: committed
@@ -165,23 +188,69 @@ class Preemptor:
         prepared: Prepared,
         team: str,
         need: Resources,
-        chosen: Callable[[Iterable[Holder]], Iterator[tuple[Holder, Reason]]],
+        chosen: Callable[[bool], Chooser],
     ) -> list[tuple[Holder, Reason]] | None:
-        """The search over ``chosen`` (the candidates among some holders); in a
-        fair-sharing cohort, quota by quota under the share rule
-        (core/preemption/fairvictims.py)."""
+        """The search over the candidates ``chosen`` gives (live or once-judged
+        borrowing, :class:`~.victims._Borrowing`); in a fair-sharing cohort, quota by
+        quota under the share rule (core/preemption/fairvictims.py)."""
 
         def fits() -> bool:
             return self._fits(prepared, team, need)
 
         if not self.fair.applies(team):
-            return self.search.search(chosen(self.holders.values()), fits)
+            return self._lenders_checked(chosen, team, need, fits)
         cohort = self.ledger.quota(team).cohort
         streams = {
-            quota: chosen(self.by_quota.get(quota, {}).values())
+            quota: chosen(False)(self.by_quota.get(quota, {}).values())
             for quota in self.ledger.members(cohort)
         }
         return ShareRuledSearch(self.search, self.fair).run(streams, team, need, fits)
+
+    def _lenders_checked(
+        self,
+        chosen: Callable[[bool], Chooser],
+        team: str,
+        need: Resources,
+        fits: Callable[[], bool],
+    ) -> list[tuple[Holder, Reason]] | None:
+        """The search with borrowing judged once (it finds the placements a greedy
+        order misses), kept only if every lender still borrowed as each of its victims
+        was taken; otherwise the search again with borrowing judged as it goes, which
+        never takes a gang that runs within its quota's nominal (Kueue's answer)."""
+        found = self.search.search(chosen(False)(self.holders.values()), fits)
+        if found is None or lenders_still_borrowed(found, team, self.ledger, need):
+            return found
+        for holder, _ in reversed(found):
+            self.search.put_back(holder)
+        return self.search.search(chosen(True)(self.holders.values()), fits)
+
+    def _reclaiming(
+        self, prepared: Prepared, team: str, need: Resources, policy: Preemption
+    ) -> list[tuple[Holder, Reason]] | None:
+        """Kueue's attempt without borrowing: the gang fits within its own nominal once
+        its own lower-priority gangs and what other quotas borrow are taken back.
+
+        The first search judges "within nominal" before anything is taken out, so a
+        gang over its nominal by its own lower-priority gangs could never reclaim from
+        the quotas that borrow; here it may, as long as it ends within its nominal.
+        """
+        if policy.reclaim_within_cohort is ReclaimPolicy.NEVER:
+            return None
+
+        def chosen(live: bool) -> Chooser:
+            return reclaim_candidates(
+                preemptor=prepared,
+                team_quota=team,
+                need=need,
+                policy=policy,
+                ledger=self.ledger,
+                live=live,
+            )
+
+        def fits() -> bool:
+            return self.ledger.within_nominal(team, need) and self._fits(prepared, team, need)
+
+        return self._lenders_checked(chosen, team, need, fits)
 
     def charge(self, prepared: Prepared, sign: int) -> None:
         """Take (+1) or give back (-1) the room a pending gang holds for itself."""

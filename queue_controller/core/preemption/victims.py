@@ -72,6 +72,7 @@ def candidates(
     policy: Preemption,
     ledger: QuotaLedger,
     fair: bool = False,
+    live: bool = False,
 ) -> Chooser:
     """Which of some admitted gangs ``policy`` lets ``preemptor`` evict, in order of preference.
 
@@ -79,16 +80,11 @@ def candidates(
     already chosen as victims; gangs of quotas that borrow go first.  The
     candidates are produced lazily, so the search, which mostly needs a handful,
     reads only those: a busy cluster's thousands of admitted gangs are not all
-    looked at for every preemption.  Whether a quota borrows, and whether the
-    preemptor is within its nominal, are judged once, now, before the search
-    takes anything out.
+    looked at for every preemption.  Whether the preemptor is within its nominal
+    is judged once, now; whether a candidate's quota borrows, as each candidate is
+    reached (:class:`_Borrowing`).
     """
     mine = ledger.quota(team_quota)
-    cohort = [name for name in ledger.members(mine.cohort) if name != team_quota]
-    borrowing = {
-        name: quota_borrows(ledger, name, need)
-        for name in (team_quota, *(cohort if mine.cohort else ()))
-    }
     context = _Context(
         team_quota=team_quota,
         cohort=mine.cohort,
@@ -98,7 +94,121 @@ def candidates(
         within_nominal=ledger.within_nominal(team_quota, need),
         fair=fair,
     )
+    borrowing = _Borrowing(ledger, need, team_quota, mine.cohort, live=live)
     return lambda holders: _in_order(holders, borrowing, context)
+
+
+def reclaim_candidates(
+    *,
+    preemptor: Prepared,
+    team_quota: str,
+    need: Mapping[str, int],
+    policy: Preemption,
+    ledger: QuotaLedger,
+    live: bool = False,
+) -> Chooser:
+    """The candidates of Kueue's attempt without borrowing, in Kueue's order.
+
+    Tried when the first search finds nothing.  The gang must then fit within its
+    own quota's nominal, so what other quotas borrow may be taken back
+    (``reclaimWithinCohort``) whether or not the gang is within its nominal now:
+    its own lower-priority gangs (``withinTeamQuota``) may be what brings it back
+    within.  Other quotas' gangs come first, then the gang's own.
+    """
+    mine = ledger.quota(team_quota)
+    context = _Context(
+        team_quota=team_quota,
+        cohort=mine.cohort,
+        policy=policy,
+        priority=preemptor.priority,
+        created=preemptor.workload.created,
+        within_nominal=True,  # what the fit requires at the end, not what holds now
+        fair=False,
+    )
+    borrowing = _Borrowing(ledger, need, team_quota, mine.cohort, live=live)
+
+    def chosen(holders: Iterable[Holder]) -> Iterator[tuple[Holder, Reason]]:
+        own: list[tuple[Holder, Reason]] = []
+        for holder in holders:
+            if holder.team_quota == team_quota:
+                reason = _reason(holder, borrowing, context)
+                if reason is not None:
+                    own.append((holder, reason))
+                continue
+            if borrowing.get(holder.team_quota, False):
+                reason = _reason(holder, borrowing, context)
+                if reason is not None:
+                    yield holder, reason
+        yield from own
+
+    return chosen
+
+
+class _Borrowing:
+    """Whether a quota of the preemptor's cohort borrows a resource the gang needs.
+
+    Judged once, before the search takes anything out, or, ``live``, each time it
+    is asked: the search asks for the next candidate only after taking the last one
+    out of the ledger, so a lender that its first victim brings back within its
+    nominal is no longer borrowing, and its other gangs are spared (Kueue re-judges
+    a candidate's ClusterQueue so).  The once-judged order finds more placements
+    (two gangs of one node where the greedy order took a third elsewhere first);
+    :func:`lenders_still_borrowed` checks its result, and the live order is the
+    fallback when it fails.
+    """
+
+    def __init__(
+        self,
+        ledger: QuotaLedger,
+        need: Mapping[str, int],
+        team_quota: str,
+        cohort: str,
+        *,
+        live: bool,
+    ) -> None:
+        self.ledger, self.need, self.cohort, self.live = ledger, need, cohort, live
+        members = ledger.members(cohort) if cohort else ()
+        self.once = {name: quota_borrows(ledger, name, need) for name in {team_quota, *members}}
+
+    def get(self, team_quota: str, default: bool = False) -> bool:
+        if team_quota not in self.once:
+            return default  # another cohort's: nothing of it is lent to this gang
+        if not self.live:
+            return self.once[team_quota]
+        return quota_borrows(self.ledger, team_quota, self.need)
+
+    def __getitem__(self, team_quota: str) -> bool:
+        return self.get(team_quota)
+
+
+def lenders_still_borrowed(
+    victims: Iterable[tuple[Holder, Reason]],
+    team: str,
+    ledger: QuotaLedger,
+    need: Mapping[str, int],
+) -> bool:
+    """Whether each other quota's victims could have been taken one by one, each while
+    the quota still borrowed (with the victims out of ``ledger``): so it must still
+    borrow with its largest victim back.  Otherwise a gang that runs within its own
+    quota's nominal would be evicted."""
+    by_quota: dict[str, list[Holder]] = {}
+    for holder, _ in victims:
+        if holder.team_quota != team:
+            by_quota.setdefault(holder.team_quota, []).append(holder)
+    for name, holders in by_quota.items():
+        if not any(_borrows_with(ledger, name, h.need, need) for h in holders):
+            return False
+    return True
+
+
+def _borrows_with(
+    ledger: QuotaLedger, name: str, back: Mapping[str, int], need: Mapping[str, int]
+) -> bool:
+    ledger.reserve(name, back)
+    try:
+        return quota_borrows(ledger, name, need)
+    finally:
+        ledger.reserve(name, {r: -a for r, a in back.items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +223,7 @@ class _Context:
 
 
 def _in_order(
-    holders: Iterable[Holder], borrowing: Mapping[str, bool], context: _Context
+    holders: Iterable[Holder], borrowing: _Borrowing, context: _Context
 ) -> Iterator[tuple[Holder, Reason]]:
     rest: list[tuple[Holder, Reason]] = []
     first = 0
@@ -131,7 +241,7 @@ def _in_order(
     yield from rest
 
 
-def _reason(holder: Holder, borrowing: Mapping[str, bool], context: _Context) -> Reason | None:
+def _reason(holder: Holder, borrowing: _Borrowing, context: _Context) -> Reason | None:
     """Why ``holder`` may be evicted, or None if it may not."""
     other = holder.priority
     priority = context.priority
@@ -160,10 +270,10 @@ def _reason(holder: Holder, borrowing: Mapping[str, bool], context: _Context) ->
     )
     if context.fair:
         # Kueue's fair sharing: reclaimWithinCohort decides whom, the shares decide
-        # when (Preemptor._victims); a gang below borrowWithinCohort's
-        # threshold goes whatever the shares.
-        if below_threshold and not within_nominal:
-            return Reason.BORROW_WITHIN_COHORT
+        # when (Preemptor._victims).  borrowWithinCohort is not applied, as Kueue's
+        # fair preemption does not apply it: the shares already say when a borrower's
+        # gang may go, and a priority threshold beside them would let a gang take
+        # from a quota whose share is below its own.
         if reclaims:
             return Reason.RECLAIM_WITHIN_COHORT if within_nominal else Reason.FAIR_SHARING
         return None
@@ -175,9 +285,8 @@ def _reason(holder: Holder, borrowing: Mapping[str, bool], context: _Context) ->
 
 
 def ruled(candidate: tuple[Holder, Reason], team: str) -> bool:
-    """Whether fair sharing's share rule judges this victim: another quota's gang,
-    not one below borrowWithinCohort's threshold (those go whatever the shares)."""
-    return candidate[0].team_quota != team and candidate[1] is not Reason.BORROW_WITHIN_COHORT
+    """Whether fair sharing's share rule judges this victim: another quota's gang."""
+    return candidate[0].team_quota != team
 
 
 def quota_borrows(ledger: QuotaLedger, team_quota: str, need: Mapping[str, int]) -> bool:
