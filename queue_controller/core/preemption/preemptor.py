@@ -46,7 +46,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 
 from queue_controller.core.model.decisions import Decision, Reason, Verdict, decision_for
-from queue_controller.core.model.objects import Preemption, Queue, ReclaimPolicy
+from queue_controller.core.model.objects import Preemption, Queue, ReclaimPolicy, WithinPolicy
 from queue_controller.core.model.resources import Resources
 from queue_controller.core.placement.explain import count_of
 from queue_controller.core.placement.shapes import Placement, Placer, SetShape
@@ -235,6 +235,11 @@ class Preemptor:
         the quotas that borrow; here it may, as long as it ends within its nominal.
         """
         if policy.reclaim_within_cohort is ReclaimPolicy.NEVER:
+            return None
+        if policy.within_team_quota is WithinPolicy.NEVER or not self.by_quota.get(team):
+            # Without its own gangs to give up, the gang's use of its quota cannot fall:
+            # within its nominal, the first search already tried every reclaim (with a
+            # looser fit); over it, it stays over.  Nothing to try, so nothing is spent.
             return None
 
         def chosen(live: bool) -> Chooser:

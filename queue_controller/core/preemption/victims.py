@@ -196,6 +196,8 @@ def lenders_still_borrowed(
         if holder.team_quota != team:
             by_quota.setdefault(holder.team_quota, []).append(holder)
     for name, holders in by_quota.items():
+        if len(holders) == 1:
+            continue  # its only victim was a candidate because its quota borrowed then
         if not any(_borrows_with(ledger, name, h.need, need) for h in holders):
             return False
     return True
