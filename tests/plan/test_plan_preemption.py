@@ -60,3 +60,30 @@ def test_without_the_cohort_object_nobody_is_preempted() -> None:
     decisions = json.loads(result.stdout)["decisions"]
     # b is not within its nominal (0), so only reclaim-by-share could have taken back.
     assert [d["decision"] for d in decisions] == ["Pending", "Pending", "Pending"]
+
+
+# Kueue's answers (issue 24): each dump's header says the case; the old answers were
+# Pending QuotaExceeded, Preempt b2 and b1 (b left at half its nominal), and Preempt b2
+# for BorrowWithinCohort.
+
+
+def test_a_gang_over_its_nominal_by_its_own_gangs_reclaims_after_them() -> None:
+    (decision,) = plan_json("preemption-reclaim-after-own.yaml")
+    assert decision["decision"] == "Preempt"
+    assert {v["workload"]: v["reason"] for v in decision["victims"]} == {
+        "a/a1": "WithinTeamQuota",
+        "b/b2": "ReclaimWithinCohort",
+    }
+    assert decision["placement"] == {"gpu-0": 2, "gpu-2": 1}
+
+
+def test_a_lender_back_within_its_nominal_loses_no_second_gang() -> None:
+    (decision,) = plan_json("preemption-lender-within-nominal.yaml")
+    assert (decision["decision"], decision["reason"]) == ("Pending", "NoNodeFit")
+    assert decision.get("victims", []) == []
+
+
+def test_borrow_within_cohort_is_not_applied_in_a_fair_sharing_cohort() -> None:
+    (decision,) = plan_json("preemption-fair-borrow-within-cohort.yaml")
+    assert (decision["decision"], decision["reason"]) == ("Pending", "QuotaExceeded")
+    assert "fair sharing" in decision["message"]

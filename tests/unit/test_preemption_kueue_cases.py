@@ -162,23 +162,33 @@ def test_a_lender_that_still_borrows_gives_back_both_gangs_of_one_node() -> None
 
 
 def test_borrow_within_cohort_is_not_applied_in_a_fair_sharing_cohort() -> None:
-    # d lends its 8 GPUs; b borrows all of them (b1, b2 on n0, low priority); a's gang p
-    # (high) would borrow 4.  a's policy: borrowWithinCohort below priority 100, no
-    # reclaimWithinCohort.  Without fair sharing borrowWithinCohort lets p take b's newest
-    # gang.  In a fair-sharing cohort Kueue does not apply borrowWithinCohort: the shares
-    # decide, over the gangs reclaimWithinCohort names, and it names none.
-    policy = Preemption(borrow_within_cohort=BorrowPolicy.LOWER_PRIORITY, borrow_max_priority=100)
-    admitted = [running("b1", "n0", 4, 1.0, "qb"), running("b2", "n0", 4, 2.0, "qb")]
+    # d lends its 16 GPUs; a and b borrow 8 each (a1, a2 on n1; b1, b2 on n0; low).  a's
+    # gang p (high) would borrow 4 more.  a's policy: reclaimWithinCohort LowerPriority
+    # and borrowWithinCohort below priority 100 (Kueue requires the first for the
+    # second).  Without fair sharing borrowWithinCohort lets p take b's newest gang.  In
+    # a fair-sharing cohort Kueue does not apply borrowWithinCohort: the shares decide,
+    # and with p a's share (12) would be above b's without b2 (4).
+    policy = Preemption(
+        reclaim_within_cohort=ReclaimPolicy.LOWER_PRIORITY,
+        borrow_within_cohort=BorrowPolicy.LOWER_PRIORITY,
+        borrow_max_priority=100,
+    )
+    admitted = [
+        running("a1", "n1", 4, 0.5, "qa"),
+        running("a2", "n1", 4, 0.7, "qa"),
+        running("b1", "n0", 4, 1.0, "qb"),
+        running("b2", "n0", 4, 2.0, "qb"),
+    ]
     p = gang("p", 1, 4, queue="qa", created=10.0, pod_template=template(4, priority_class="high"))
     quotas = [
         TeamQuota("a", {GPU: gpus(0)}, "c", policy),
         TeamQuota("b", {GPU: gpus(0)}, "c"),
-        TeamQuota("d", {GPU: gpus(8)}, "c"),
+        TeamQuota("d", {GPU: gpus(16)}, "c"),
     ]
-    plain = decide(admitted, p, quotas, nodes=1)
+    plain = decide(admitted, p, quotas, nodes=2)
     assert plain.verdict is Verdict.PREEMPT, plain.message
     assert plain.reason is Reason.BORROW_WITHIN_COHORT
     assert plain.victims == (("Job/ns/b2", Reason.BORROW_WITHIN_COHORT),)
-    fair = decide(admitted, p, quotas, nodes=1, cohorts=(Cohort("c", fair_sharing=True),))
+    fair = decide(admitted, p, quotas, nodes=2, cohorts=(Cohort("c", fair_sharing=True),))
     assert fair.verdict is Verdict.PENDING, fair.message
     assert fair.victims == ()
