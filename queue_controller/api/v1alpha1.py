@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from queue_controller.core.model import (
     BorrowPolicy,
+    FairStrategy,
     ReclaimPolicy,
     WithinPolicy,
     is_extended,
@@ -189,6 +190,17 @@ class TeamQuota(_Strict):
 class CohortFairSharing(_Strict):
     # Strict: the API server rejects "true" where a boolean belongs.
     enabled: Annotated[bool, Field(strict=True)] = False
+    # Kueue's fairSharing.preemptionStrategies, tried in order; Kueue's default.
+    preemptionStrategies: Annotated[list[FairStrategy], Field(min_length=1, max_length=2)] = [
+        FairStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+        FairStrategy.LESS_THAN_INITIAL_SHARE,
+    ]
+
+    @model_validator(mode="after")
+    def _strategies_once_each(self) -> CohortFairSharing:
+        if len(set(self.preemptionStrategies)) != len(self.preemptionStrategies):
+            raise ValueError("preemptionStrategies: each strategy at most once")
+        return self
 
 
 class CohortSpec(_Strict):

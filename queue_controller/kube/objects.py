@@ -230,7 +230,12 @@ def team_quota(obj: Obj) -> TeamQuota:
 
 def cohort(obj: Obj) -> Cohort:
     model = _validated(v1alpha1.Cohort, obj)
-    return Cohort(name=model.metadata.name, fair_sharing=model.spec.fairSharing.enabled)
+    fair = model.spec.fairSharing
+    return Cohort(
+        name=model.metadata.name,
+        fair_sharing=fair.enabled,
+        preemption_strategies=tuple(fair.preemptionStrategies),
+    )
 
 
 def topology(obj: Obj) -> Topology:

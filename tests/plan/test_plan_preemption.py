@@ -4,6 +4,7 @@ on one node, where the gang fits, not the newest gangs wherever they are."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.plan.harness import DUMPS, dump, invoke, plan_json
 
@@ -87,3 +88,19 @@ def test_borrow_within_cohort_is_not_applied_in_a_fair_sharing_cohort() -> None:
     (decision,) = plan_json("preemption-fair-borrow-within-cohort.yaml")
     assert (decision["decision"], decision["reason"]) == ("Pending", "QuotaExceeded")
     assert "fair sharing" in decision["message"]
+
+
+def test_fair_sharing_tries_both_strategies_by_default(tmp_path: Path) -> None:
+    (decision,) = plan_json("fair-sharing-strategies.yaml")
+    assert (decision["decision"], decision["reason"]) == ("Preempt", "FairSharing")
+    assert [v["workload"] for v in decision["victims"]] == ["a/a1"]
+    text = Path(dump("fair-sharing-strategies.yaml")).read_text()
+    only = text.replace(
+        "    enabled: true\n",
+        "    enabled: true\n    preemptionStrategies: [LessThanOrEqualToFinalShare]\n",
+    )
+    assert only != text
+    path = tmp_path / "one-strategy.yaml"
+    path.write_text(only)
+    (decision,) = plan_json(str(path))
+    assert (decision["decision"], decision["reason"]) == ("Pending", "QuotaExceeded")

@@ -254,6 +254,21 @@ class TeamQuota:
     fair_weight: int = 1000
 
 
+class FairStrategy(StrEnum):
+    """Kueue's fair-sharing preemption strategies: when a victim's quota may give way.
+
+    Shares are the weighted shares of the preemptor's quota *with* the gang, and of
+    the victim's quota before and after the victim leaves.
+    """
+
+    # The preemptor's share with the gang is at most the victim's quota's share
+    # without the victim: the two never swap places.
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    # The preemptor's share with the gang is below the victim's quota's share with
+    # the victim: more preemptions, and still no preempting back.
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+
+
 @dataclass(frozen=True, slots=True)
 class Cohort:
     """A Cohort object: where it exists and enables fair sharing, its members'
@@ -261,6 +276,11 @@ class Cohort:
 
     name: str
     fair_sharing: bool = False
+    # Kueue's fairSharing.preemptionStrategies, tried in order; Kueue's default.
+    preemption_strategies: tuple[FairStrategy, ...] = (
+        FairStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+        FairStrategy.LESS_THAN_INITIAL_SHARE,
+    )
 
 
 class Ordering(StrEnum):

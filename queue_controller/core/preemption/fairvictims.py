@@ -6,10 +6,12 @@ now, the victims taken so far already gone (the preemptor's own quota by its
 share too), each quota's candidates in their own order (lower priority,
 newest, fewer GPUs).
 
-The rule: a victim of another quota must leave its quota, without all the
-victims taken from it, at or above the preemptor's share with the gang
-(Kueue's ``LessThanOrEqualToFinalShare``, checked on the last victim of each
-quota, the strictest).  It is checked on the minimal set rather than at each
+The rule: the cohort's preemption strategies, any of them (Kueue tries them in
+order, and a victim passes by the first that allows it): a victim of another
+quota must leave its quota, without all the victims taken from it, at or above
+the preemptor's share with the gang (``LessThanOrEqualToFinalShare``), or the
+preemptor's share with the gang must be below the quota's share with its last
+victim back (``LessThanInitialShare``).  It is checked on the minimal set rather than at each
 greedy step, so that the greedy may overshoot to free one whole node and the
 minimising pass still sheds what is not needed.  If the set breaks it, the
 quotas that break it are left out and the search runs again: at most once per
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
 
 from queue_controller.core.model.decisions import Reason
+from queue_controller.core.model.objects import FairStrategy
 from queue_controller.core.model.resources import Resources
 from queue_controller.core.preemption.victims import Holder, VictimSearch, ruled
 from queue_controller.core.quota.fairshare import INFINITE, FairShares
@@ -67,18 +70,39 @@ class ShareRuledSearch:
             victims = self.search.search(self._by_share(kept, team, excluded), fits)
             if victims is None:
                 return None
-            mine = self.fair.share(team, need)
-            broken = {
-                holder.team_quota
-                for holder, reason in victims
-                if ruled((holder, reason), team)
-                and (mine >= INFINITE or self.fair.share(holder.team_quota) < mine)
-            }
+            broken = self._broken(victims, team, need)
             if not broken:
                 return victims
             for holder, _ in victims:
                 self.search.put_back(holder)
             excluded |= broken
+
+    def _broken(self, victims: list[Candidate], team: str, need: Resources) -> set[str]:
+        """The quotas whose victims no strategy of the cohort allows (the victims out
+        of the ledger): ``LessThanOrEqualToFinalShare`` judges the quota without all
+        of them; ``LessThanInitialShare`` with the last taken back, the largest (the
+        victims may be taken in any order, and that one is the most lenient)."""
+        mine = self.fair.share(team, need)
+        strategies = self.fair.strategies(team)
+        by_quota: dict[str, list[Holder]] = {}
+        for holder, reason in victims:
+            if ruled((holder, reason), team):
+                by_quota.setdefault(holder.team_quota, []).append(holder)
+        broken = set()
+        for quota, holders in by_quota.items():
+            if mine >= INFINITE or not any(
+                self._allows(strategy, mine, quota, holders) for strategy in strategies
+            ):
+                broken.add(quota)
+        return broken
+
+    def _allows(
+        self, strategy: FairStrategy, mine: Fraction, quota: str, holders: list[Holder]
+    ) -> bool:
+        if strategy is FairStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
+            return mine <= self.fair.share(quota)
+        largest = max(holders, key=lambda h: self.fair.share(quota, h.need))
+        return mine < self.fair.share(quota, largest.need)
 
     def _by_share(
         self, streams: Mapping[str, _Stream], team: str, excluded: set[str]

@@ -16,11 +16,13 @@ Where a Cohort object enables fair sharing:
   counted as it would be once the gang is admitted (Kueue's order), so a
   quota that borrows little goes before one that borrows much whatever the
   priorities of their gangs; within a quota, priority and age still order;
-* a gang may preempt another quota's borrowing gang only while the victim's
-  quota stays, without the victim, at or above the preemptor's share with the
-  gang (Kueue's ``LessThanOrEqualToFinalShare``).  A preemption therefore never
-  leaves the preemptor above its victim, and the victim cannot take the room
-  back by the same rule: there is no ping-pong.
+* a gang may preempt another quota's borrowing gang only as the cohort's
+  preemption strategies allow, tried in order (Kueue's, and its default both):
+  ``LessThanOrEqualToFinalShare``, the victim's quota stays, without the victim,
+  at or above the preemptor's share with the gang; ``LessThanInitialShare``,
+  the preemptor's share with the gang is below the victim's quota's share with
+  the victim.  Either way the victim cannot take the room back by the same
+  rule: there is no ping-pong.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
-from queue_controller.core.model.objects import Cohort
+from queue_controller.core.model.objects import Cohort, FairStrategy
 from queue_controller.core.quota.ledger import QuotaLedger
 from queue_controller.core.rules.prepared import Prepared
 
@@ -43,7 +45,12 @@ class FairShares:
 
     def __init__(self, ledger: QuotaLedger, cohorts: Iterable[Cohort]) -> None:
         self.ledger = ledger
-        self.cohorts = frozenset(c.name for c in cohorts if c.fair_sharing)
+        self._strategies = {c.name: c.preemption_strategies for c in cohorts if c.fair_sharing}
+        self.cohorts = frozenset(self._strategies)
+
+    def strategies(self, quota_name: str) -> tuple[FairStrategy, ...]:
+        """The preemption strategies of the quota's fair-sharing cohort, in order."""
+        return self._strategies.get(self.ledger.quota(quota_name).cohort, ())
 
     def applies(self, quota_name: str) -> bool:
         """Whether ``quota_name`` belongs to a cohort with fair sharing enabled."""
