@@ -95,9 +95,14 @@ class FairShares:
         mine = self.weighted_share(quota_name, need)
         if not others:
             return ""  # nobody to take back from: the quota message says it all
+        rules = {
+            FairStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: "to stay at or above that",
+            FairStrategy.LESS_THAN_INITIAL_SHARE: "from a share above it",
+        }
+        ways = ", or ".join(rules[s] for s in self.strategies(quota_name))
         return (
             f"fair sharing: TeamQuota {quota_name}'s weighted share would be {mine} with it; "
-            f"a borrower gives way only to stay at or above that ({', '.join(others)})"
+            f"a borrower gives way only {ways} ({', '.join(others)})"
         )
 
 
