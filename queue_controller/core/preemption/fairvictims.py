@@ -111,8 +111,8 @@ class ShareRuledSearch:
         position = dict.fromkeys(streams, 0)
 
         def following(quota: str) -> Candidate | None:
-            # The quota's next candidate; an excluded quota offers only the ones the
-            # share rule does not judge (below borrowWithinCohort's threshold).
+            # The quota's next candidate; an excluded quota offers only those the
+            # share rule does not judge (so none: it judges every other quota's).
             while (candidate := streams[quota].at(position[quota])) is not None:
                 if quota not in excluded or not ruled(candidate, team):
                     return candidate

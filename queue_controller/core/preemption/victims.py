@@ -81,8 +81,8 @@ def candidates(
     candidates are produced lazily, so the search, which mostly needs a handful,
     reads only those: a busy cluster's thousands of admitted gangs are not all
     looked at for every preemption.  Whether the preemptor is within its nominal
-    is judged once, now; whether a candidate's quota borrows, as each candidate is
-    reached (:class:`_Borrowing`).
+    is judged once, now; whether a candidate's quota borrows, once too, or, with
+    ``live``, as each candidate is reached (:class:`_Borrowing`).
     """
     mine = ledger.quota(team_quota)
     context = _Context(
