@@ -84,17 +84,15 @@ def candidates(
     is judged once, now; whether a candidate's quota borrows, once too, or, with
     ``live``, as each candidate is reached (:class:`_Borrowing`).
     """
-    mine = ledger.quota(team_quota)
     context = _Context(
         team_quota=team_quota,
-        cohort=mine.cohort,
         policy=policy,
         priority=preemptor.priority,
         created=preemptor.workload.created,
         within_nominal=ledger.within_nominal(team_quota, need),
         fair=fair,
     )
-    borrowing = _Borrowing(ledger, need, team_quota, mine.cohort, live=live)
+    borrowing = _Borrowing(ledger, need, team_quota, live=live)
     return lambda holders: _in_order(holders, borrowing, context)
 
 
@@ -115,17 +113,15 @@ def reclaim_candidates(
     its own lower-priority gangs (``withinTeamQuota``) may be what brings it back
     within.  Other quotas' gangs come first, then the gang's own.
     """
-    mine = ledger.quota(team_quota)
     context = _Context(
         team_quota=team_quota,
-        cohort=mine.cohort,
         policy=policy,
         priority=preemptor.priority,
         created=preemptor.workload.created,
         within_nominal=True,  # what the fit requires at the end, not what holds now
         fair=False,
     )
-    borrowing = _Borrowing(ledger, need, team_quota, mine.cohort, live=live)
+    borrowing = _Borrowing(ledger, need, team_quota, live=live)
 
     def chosen(holders: Iterable[Holder]) -> Iterator[tuple[Holder, Reason]]:
         own: list[tuple[Holder, Reason]] = []
@@ -162,11 +158,11 @@ class _Borrowing:
         ledger: QuotaLedger,
         need: Mapping[str, int],
         team_quota: str,
-        cohort: str,
         *,
         live: bool,
     ) -> None:
-        self.ledger, self.need, self.cohort, self.live = ledger, need, cohort, live
+        self.ledger, self.need, self.live = ledger, need, live
+        cohort = ledger.quota(team_quota).cohort
         members = ledger.members(cohort) if cohort else ()
         self.once = {name: quota_borrows(ledger, name, need) for name in {team_quota, *members}}
 
@@ -176,9 +172,6 @@ class _Borrowing:
         if not self.live:
             return self.once[team_quota]
         return quota_borrows(self.ledger, team_quota, self.need)
-
-    def __getitem__(self, team_quota: str) -> bool:
-        return self.get(team_quota)
 
 
 def lenders_still_borrowed(
@@ -216,7 +209,6 @@ def _borrows_with(
 @dataclass(frozen=True, slots=True)
 class _Context:
     team_quota: str
-    cohort: str
     policy: Preemption
     priority: int
     created: float
@@ -233,7 +225,7 @@ def _in_order(
         reason = _reason(holder, borrowing, context)
         if reason is None:
             continue
-        if borrowing[holder.team_quota]:
+        if borrowing.get(holder.team_quota):
             yield holder, reason
             first += 1
             if first >= LIMIT:
