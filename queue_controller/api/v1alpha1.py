@@ -8,6 +8,7 @@ and a violation names the field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -160,23 +161,28 @@ class TeamQuotaSpec(_Strict):
 
     @model_validator(mode="after")
     def _rules(self) -> TeamQuotaSpec:
-        for name, limits in self.resources.items():
-            if not name:
-                raise ValueError("resources: a resource name cannot be empty")
-            for field in ("nominal", "borrowingLimit", "lendingLimit"):
-                value = getattr(limits, field)
-                if value is None:
-                    continue
-                if is_extended(name) and parse_quantity(value).denominator != 1:
-                    raise ValueError(
-                        f"resources.{name}.{field}: {value!r} is not a whole number; "
-                        f"{name} is an extended resource and is counted in whole devices"
-                    )
-            if limits.borrowingLimit is not None and not self.cohort:
-                raise ValueError(
-                    f"resources.{name}.borrowingLimit: borrowing needs a cohort to borrow from"
-                )
+        _check_resources(self.resources, self.cohort, "a cohort")
         return self
+
+
+def _check_resources(resources: Mapping[str, ResourceLimits], parent: str, what: str) -> None:
+    """A TeamQuota's or a Cohort's resources: names, whole devices, borrowing needs ``parent``."""
+    for name, limits in resources.items():
+        if not name:
+            raise ValueError("resources: a resource name cannot be empty")
+        for field in ("nominal", "borrowingLimit", "lendingLimit"):
+            value = getattr(limits, field)
+            if value is None:
+                continue
+            if is_extended(name) and parse_quantity(value).denominator != 1:
+                raise ValueError(
+                    f"resources.{name}.{field}: {value!r} is not a whole number; "
+                    f"{name} is an extended resource and is counted in whole devices"
+                )
+        if limits.borrowingLimit is not None and not parent:
+            raise ValueError(
+                f"resources.{name}.borrowingLimit: borrowing needs {what} to borrow from"
+            )
 
 
 class TeamQuota(_Strict):
@@ -190,6 +196,8 @@ class TeamQuota(_Strict):
 class CohortFairSharing(_Strict):
     # Strict: the API server rejects "true" where a boolean belongs.
     enabled: Annotated[bool, Field(strict=True)] = False
+    # Kueue's Cohort spec.fairSharing.weight: the cohort's share among its siblings.
+    weight: Quantity = 1
     # Kueue's fairSharing.preemptionStrategies, tried in order; Kueue's default.
     preemptionStrategies: Annotated[list[FairStrategy], Field(min_length=1, max_length=2)] = [
         FairStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
@@ -204,20 +212,35 @@ class CohortFairSharing(_Strict):
 
 
 class CohortSpec(_Strict):
+    # Kueue's Cohort spec.parentName: the cohort this one lends to and borrows from.
+    parentName: CohortName = ""
+    # The cohort's own quota, lent within its subtree (Kueue's resourceGroups, one
+    # flavor): shaped like a TeamQuota's, limits towards the parent.
+    resources: dict[str, ResourceLimits] = Field(default_factory=dict, max_length=15)
     fairSharing: CohortFairSharing = CohortFairSharing()
+
+    @model_validator(mode="after")
+    def _rules(self) -> CohortSpec:
+        _check_resources(self.resources, self.parentName, "a parentName")
+        return self
 
 
 class Cohort(_Strict):
-    """The TeamQuotas whose spec.cohort names it share by weighted share when enabled.
-
-    Hierarchical cohorts (Kueue's parentName) and cohort-level quota are not
-    supported: a Cohort only switches fair sharing on.
-    """
+    """A node of a cohort tree: the TeamQuotas whose spec.cohort names it, and the
+    cohorts whose spec.parentName does, lend it what they may; it adds its own
+    resources, and lends towards its parent.  Its root switches fair sharing on."""
 
     apiVersion: Literal["queue-controller.io/v1alpha1"]
     kind: Literal["Cohort"]
     metadata: ObjectMeta
     spec: CohortSpec = CohortSpec()
+    status: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _not_its_own_parent(self) -> Cohort:
+        if self.spec.parentName and self.spec.parentName == self.metadata.name:
+            raise ValueError("spec.parentName: a cohort cannot be its own parent")
+        return self
 
 
 class TopologyLevel(_Strict):

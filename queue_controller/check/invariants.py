@@ -4,7 +4,8 @@ Counted from Pods, Nodes and the workloads' own objects (:mod:`.gangstate`);
 the controller's status is read only for what it alone knows: what it planned
 (``placement``), that it evicted (the ``Evicted`` condition), and when it saw
 members lost (``PodsReady``/``MembersLost``, which only ever postpones a verdict).  The quota
-rules are the core's (``core/quota/ledger.py``: what is guaranteed, what is lendable),
+rules are the core's (``core/quota/tree.py``: what is guaranteed, lent and drawn at
+every level of a cohort tree),
 and a gang's charge is the core's (``Prepared.need``).
 """
 
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 from queue_controller.check.gangstate import GangState, gang_state
 from queue_controller.check.violations import Invariant, Violation
-from queue_controller.core.model import TeamQuota, format_milli, is_extended
-from queue_controller.core.quota import guaranteed, lendable
+from queue_controller.core.model import Cohort, TeamQuota, format_milli, is_extended
+from queue_controller.core.quota import QuotaTree
 from queue_controller.core.rules import TERMINATED_PHASES, PriorityTable
 from queue_controller.kube.fields import Obj, get
 from queue_controller.kube.gangs import HOLDING_PHASES
@@ -105,37 +106,43 @@ def _overdrawn_quotas(seen: Translation, gangs: list[GangState]) -> Iterable[Vio
                     f"{format_milli(amount, resource)} {resource}, at most "
                     f"{format_milli(cap, resource)} allowed ({named})",
                 )
-    yield from _overdrawn_cohorts(quotas, used)
+    yield from _overdrawn_cohorts(quotas, seen.snapshot.cohorts, used)
 
 
 def _overdrawn_cohorts(
-    quotas: Mapping[str, TeamQuota], used: Mapping[str, Counter[str]]
+    quotas: Mapping[str, TeamQuota], cohorts: Iterable[Cohort], used: Mapping[str, Counter[str]]
 ) -> Iterable[Violation]:
-    """The core's pool rule: what members use beyond what each keeps back is at most
-    what they lend, so no lender's kept-back nominal is ever lent."""
-    members: dict[str, list[TeamQuota]] = defaultdict(list)
-    for quota in quotas.values():
-        if quota.cohort:
-            members[quota.cohort].append(quota)
-    for cohort, quotas_in in sorted(members.items()):
-        resources = sorted({r for q in quotas_in for r in q.resources})
-        for resource in resources:
-            drawn = pool = 0
-            for quota in quotas_in:
-                limits = quota.resources.get(resource)
-                if limits is None:
-                    continue
-                pool += lendable(limits)
-                drawn += max(0, used[quota.name].get(resource, 0) - guaranteed(limits))
-            if drawn > pool:
-                names = tuple(sorted(f"TeamQuota {q.name}" for q in quotas_in))
+    """The core's tree rule (core/quota/tree.py), at every level: what a cohort's
+    children use beyond what each keeps back is at most what its subtree holds (at a
+    root) or what it may borrow on top (below one), so no lender's kept-back nominal
+    is ever lent, and no cohort lends past its lending limit."""
+    tree = QuotaTree(quotas.values(), cohorts, {name: dict(u) for name, u in used.items()})
+    for name, node in sorted(tree.cohorts.items()):
+        if not node.children:
+            continue
+        members = tuple(sorted(f"TeamQuota {leaf.name}" for leaf in tree.leaves(node)))
+        for resource in sorted(node.usage):
+            drawn = node.usage[resource]
+            holds = node.subtree.get(resource, 0)
+            limits = node.limits.get(resource)
+            if node.parent is None and drawn > holds:
                 yield Violation(
                     Invariant.LENDING_LIMIT_EXCEEDED,
-                    names,
-                    f"cohort {cohort}: its members draw {format_milli(drawn, resource)} "
+                    members,
+                    f"cohort {name}: its members draw {format_milli(drawn, resource)} "
                     f"{resource} beyond what each keeps back, but lend only "
-                    f"{format_milli(pool, resource)}",
+                    f"{format_milli(holds, resource)}",
                 )
+            elif limits is not None and limits.borrowing_limit is not None:
+                cap = holds + limits.borrowing_limit
+                if drawn > cap:
+                    yield Violation(
+                        Invariant.QUOTA_OVERDRAWN,
+                        (f"Cohort {name}", *members),
+                        f"cohort {name}: its subtree draws {format_milli(drawn, resource)} "
+                        f"{resource}, at most {format_milli(cap, resource)} allowed "
+                        f"(its quota and borrowing limit)",
+                    )
 
 
 def _admitted_twice(gangs: list[GangState], pod_groups: Iterable[Obj]) -> Iterable[Violation]:

@@ -199,6 +199,18 @@ class TeamQuotaStatus:
     weighted_share: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortStatus:
+    """A Cohort's subtree figures: its quota, its use, its weighted share."""
+
+    cohort: Ref
+    current: Mapping[str, object]
+    subtree_quota: Mapping[str, str]
+    used: Mapping[str, str]
+    # status.fairSharing.weightedShare; None where its tree's root has no fair sharing.
+    weighted_share: int | None = None
+
+
 Action = (
     CreatePodGroup
     | HoldUnadmitted
@@ -218,4 +230,5 @@ Action = (
     | WarnLeftOut
     | QueueStatus
     | TeamQuotaStatus
+    | CohortStatus
 )

@@ -424,23 +424,41 @@ class Applier(Writer):
     @apply.register
     async def _team_quota_status(self, action: act.TeamQuotaStatus) -> None:
         current = action.current
-
-        def replacing(key: str, wanted: Mapping[str, str]) -> dict[str, str | None]:
-            # A merge patch merges maps: resources that left need an explicit null.
-            held = current.get(key)
-            gone = dict.fromkeys(held) if isinstance(held, Mapping) else {}
-            return gone | dict(wanted)
-
         status = {
-            "used": replacing("used", action.used),
-            "borrowed": replacing("borrowed", action.borrowed),
+            "used": _replacing_map(current, "used", action.used),
+            "borrowed": _replacing_map(current, "borrowed", action.borrowed),
             **action.counts,
         }
-        if action.weighted_share is not None:
-            status["fairSharing"] = {"weightedShare": action.weighted_share}
-        elif current.get("fairSharing") is not None:
-            status["fairSharing"] = None  # fair sharing turned off: the figure goes
+        _fair_figure(status, current, action.weighted_share)
         await self._patch(action.quota, {"status": status}, status=True)
+
+    @apply.register
+    async def _cohort_status(self, action: act.CohortStatus) -> None:
+        current = action.current
+        status: dict[str, object] = {
+            "subtreeQuota": _replacing_map(current, "subtreeQuota", action.subtree_quota),
+            "used": _replacing_map(current, "used", action.used),
+        }
+        _fair_figure(status, current, action.weighted_share)
+        await self._patch(action.cohort, {"status": status}, status=True)
+
+
+def _replacing_map(
+    current: Mapping[str, object], key: str, wanted: Mapping[str, str]
+) -> dict[str, str | None]:
+    """A merge patch merges maps: resources that left need an explicit null."""
+    held = current.get(key)
+    gone = dict.fromkeys(held) if isinstance(held, Mapping) else {}
+    return gone | dict(wanted)
+
+
+def _fair_figure(
+    status: dict[str, object], current: Mapping[str, object], share: int | None
+) -> None:
+    if share is not None:
+        status["fairSharing"] = {"weightedShare": share}
+    elif current.get("fairSharing") is not None:
+        status["fairSharing"] = None  # fair sharing turned off: the figure goes
 
 
 def _replacing(

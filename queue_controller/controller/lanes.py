@@ -32,6 +32,8 @@ def _lane(action: act.Action) -> tuple[str, ...]:
         return ("Queue", action.queue.namespace, action.queue.name)
     if isinstance(action, act.TeamQuotaStatus):
         return ("TeamQuota", action.quota.name)
+    if isinstance(action, act.CohortStatus):
+        return ("Cohort", action.cohort.name)
     if isinstance(action, act.DeleteOrphan):
         return ("PodGroup", action.group_ref.namespace, action.group_ref.name)
     if isinstance(action, act.WarnLeftOut):

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from queue_controller.core import CohortFigures
+
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 _PARTIAL_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 _RECLAIM_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
@@ -93,6 +95,26 @@ class Metrics:
             "Fair sharing's weighted share of a TeamQuota whose Cohort enables it (x1000, "
             "Kueue's weightedShare): what it borrows over what the cohort lends, by its weight.",
             ["team_quota"],
+            registry=r,
+        )
+        # A Cohort's subtree, as its status says (Kueue: cohort_subtree_quota, _usage).
+        self.cohort_subtree_quota = Gauge(
+            p + "cohort_subtree_quota",
+            "What a Cohort's subtree holds: its own nominal and what its children lend it.",
+            ["cohort", "resource"],
+            registry=r,
+        )
+        self.cohort_subtree_used = Gauge(
+            p + "cohort_subtree_used",
+            "What the TeamQuotas of a Cohort's subtree use.",
+            ["cohort", "resource"],
+            registry=r,
+        )
+        self.cohort_weighted_share = Gauge(
+            p + "cohort_weighted_share",
+            "Fair sharing's weighted share of a Cohort among its siblings (x1000), where its "
+            "tree's root enables fair sharing.",
+            ["cohort"],
             registry=r,
         )
         self.cycle_seconds = Histogram(
@@ -179,6 +201,19 @@ class Metrics:
         self.weighted_share.clear()
         for quota, share in shares.items():
             self.weighted_share.labels(quota).set(share)
+
+    def set_cohorts(self, figures: Mapping[str, CohortFigures]) -> None:
+        """Replace the cohort gauges: a Cohort deleted, or a resource gone, drops out."""
+        for gauge in (self.cohort_subtree_quota, self.cohort_subtree_used):
+            gauge.clear()
+        self.cohort_weighted_share.clear()
+        for name, cohort in figures.items():
+            for resource, milli in cohort.subtree_quota.items():
+                self.cohort_subtree_quota.labels(name, resource).set(milli / 1000)
+            for resource, milli in cohort.used.items():
+                self.cohort_subtree_used.labels(name, resource).set(milli / 1000)
+            if cohort.weighted_share is not None:
+                self.cohort_weighted_share.labels(name).set(cohort.weighted_share)
 
     def set_nominated(self, held: Mapping[tuple[str, str], float]) -> None:
         """Replace the nominated-room gauge: a queue whose room became a placement drops out."""

@@ -1,5 +1,6 @@
-"""What Queues and TeamQuotas show: their gangs counted, the quota used and borrowed, and
-the weighted share where fair sharing is on.
+"""What Queues, TeamQuotas and Cohorts show: their gangs counted, the quota used and
+borrowed (a Cohort: its subtree's quota and use), and the weighted share where fair
+sharing is on.
 
 Derived each cycle from the gang views and the core's quota usage, and written
 only where it changed.  Also the room held by preemptions, for its gauge.
@@ -71,6 +72,36 @@ def summaries(seen: Translation, result: CycleResult) -> list[act.Action]:
                     borrowed=borrowed,
                     counts=wanted_counts,
                     weighted_share=share,
+                )
+            )
+    out.extend(_cohort_statuses(seen, result))
+    return out
+
+
+def _cohort_statuses(seen: Translation, result: CycleResult) -> list[act.Action]:
+    """A Cohort's status: its subtree's quota and use, and its weighted share."""
+    out: list[act.Action] = []
+    for cohort in seen.cohorts:
+        figures = result.cohorts.get(cohort.model.name)
+        if figures is None:
+            continue
+        quota = {r: format_milli(a, r) for r, a in sorted(figures.subtree_quota.items())}
+        used = {r: format_milli(a, r) for r, a in sorted(figures.used.items()) if a}
+        current = cohort.status
+        fair = current.get("fairSharing")
+        if (
+            current.get("subtreeQuota", {}) != quota
+            or current.get("used", {}) != used
+            or (fair.get("weightedShare") if isinstance(fair, dict) else None)
+            != figures.weighted_share
+        ):
+            out.append(
+                act.CohortStatus(
+                    cohort=cohort.ref,
+                    current=current,
+                    subtree_quota=quota,
+                    used=used,
+                    weighted_share=figures.weighted_share,
                 )
             )
     return out

@@ -54,11 +54,13 @@ from queue_controller.core.model.objects import (
 )
 from queue_controller.core.placement.fit import EquivalenceIndex
 from queue_controller.core.placement.podscan import PodByPodPlacer
+from queue_controller.core.quota.fairshare import CohortFigures
 
 __all__ = [
     "BorrowPolicy",
     "BoundPod",
     "Cohort",
+    "CohortFigures",
     "Container",
     "CycleResult",
     "Decision",

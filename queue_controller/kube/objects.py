@@ -199,25 +199,28 @@ def _validated(model: type[_Model], obj: Obj) -> _Model:
         raise InputError(first["msg"].removeprefix("Value error, "), field=field) from None
 
 
+def _milli(value: str | int | None) -> int | None:
+    return None if value is None else parse_milli(value)
+
+
+def _quota_limits(spec: Mapping[str, v1alpha1.ResourceLimits]) -> dict[str, ResourceQuota]:
+    return {
+        name: ResourceQuota(
+            nominal=parse_milli(limits.nominal),
+            borrowing_limit=_milli(limits.borrowingLimit),
+            lending_limit=_milli(limits.lendingLimit),
+        )
+        for name, limits in spec.items()
+    }
+
+
 def team_quota(obj: Obj) -> TeamQuota:
     model = _validated(v1alpha1.TeamQuota, obj)
-
-    def milli(value: str | int | None) -> int | None:
-        return None if value is None else parse_milli(value)
-
     preemption = model.spec.preemption
-
     return TeamQuota(
         name=model.metadata.name,
         cohort=model.spec.cohort,
-        resources={
-            name: ResourceQuota(
-                nominal=parse_milli(limits.nominal),
-                borrowing_limit=milli(limits.borrowingLimit),
-                lending_limit=milli(limits.lendingLimit),
-            )
-            for name, limits in model.spec.resources.items()
-        },
+        resources=_quota_limits(model.spec.resources),
         preemption=Preemption(
             reclaim_within_cohort=preemption.reclaimWithinCohort,
             within_team_quota=preemption.withinTeamQuota,
@@ -235,6 +238,9 @@ def cohort(obj: Obj) -> Cohort:
         name=model.metadata.name,
         fair_sharing=fair.enabled,
         preemption_strategies=tuple(fair.preemptionStrategies),
+        parent=model.spec.parentName,
+        resources=_quota_limits(model.spec.resources),
+        fair_weight=parse_milli(fair.weight),
     )
 
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from queue_controller.core.model import (
     BoundPod,
     ClaimTemplate,
-    Cohort,
     DeviceClass,
     GpuHealth,
     Node,
@@ -36,6 +35,7 @@ from queue_controller.core.model import (
 )
 from queue_controller.errors import InputError, InvalidSpecError, UnreadableObject, plain
 from queue_controller.kube import dra, kinds, objects
+from queue_controller.kube.cohorts import CohortView, cycle_error, in_cycles
 from queue_controller.kube.fields import Obj, describe, get
 from queue_controller.kube.fields import objects as objects_of
 from queue_controller.kube.gangs import (
@@ -48,7 +48,7 @@ from queue_controller.kube.gangs import (
 from queue_controller.kube.kinds import KindGang, WorkloadKind
 from queue_controller.kube.memo import TranslationMemo, key_of
 from queue_controller.kube.pieces import PodPiece, read_head, read_node, read_pod
-from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
+from queue_controller.kube.resources import COHORT, FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
 from queue_controller.kube.unread import Unread, broken_gang, left_out
 from queue_controller.kube.views import MemberPod, Ref, ref_of
 
@@ -99,6 +99,7 @@ class Translation:
     node_health: dict[str, tuple[GpuHealth, float]]
     # Objects left out because they could not be read (with ``skip``; issue 22).
     left_out: tuple[Unread, ...] = ()
+    cohorts: tuple[CohortView, ...] = ()
 
 
 @dataclass
@@ -108,7 +109,7 @@ class _Collected:
     pods: list[tuple[Located, PodPiece]] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     quotas: list[QuotaView] = field(default_factory=list)
-    cohorts: list[Cohort] = field(default_factory=list)
+    cohorts: list[CohortView] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)
     queues: list[QueueView] = field(default_factory=list)
     groups: list[GroupView] = field(default_factory=list)
@@ -168,7 +169,11 @@ def _collect_one(item: Located, into: _Collected, memo: TranslationMemo) -> None
             )
         )
     elif kind == "Cohort":
-        into.cohorts.append(memo.piece(obj, lambda: objects.cohort(obj)))
+        into.cohorts.append(
+            memo.piece(
+                obj, lambda: CohortView(objects.cohort(obj), ref_of(COHORT, obj), _status(obj))
+            )
+        )
     elif kind == "Topology":
         into.topologies.append(memo.piece(obj, lambda: objects.topology(obj)))
     elif kind == "Queue":
@@ -267,6 +272,7 @@ def translate(
             located = error.located(where=item.where)
             fail(located)
             collected.left_out.append(left_out(item.obj, located))
+    _refuse_cycles(items, collected, fail)
     queues = {(q.model.namespace, q.model.name): q.model for q in collected.queues}
     index = GroupIndex(collected.groups)
     members = _claim_members(collected.pods)
@@ -287,7 +293,7 @@ def translate(
         quotas=tuple(q.model for q in collected.quotas),
         priority_classes=tuple(collected.priority_classes),
         now=now,
-        cohorts=tuple(collected.cohorts),
+        cohorts=tuple(c.model for c in collected.cohorts),
         topologies=tuple(collected.topologies),
         device_classes=tuple(collected.device_classes),
         resource_slices=tuple(collected.resource_slices),
@@ -303,7 +309,24 @@ def translate(
         tuple(collected.quotas),
         collected.health,
         tuple(collected.left_out),
+        tuple(collected.cohorts),
     )
+
+
+def _refuse_cycles(items: list[Located], collected: _Collected, fail: Skip) -> None:
+    """Leave out the Cohorts and TeamQuotas of a cohort tree with a cycle (kube/cohorts.py)."""
+    bad = in_cycles((c.model for c in collected.cohorts), (q.model for q in collected.quotas))
+    if not bad:
+        return
+    # The Cohorts first: the cycle is theirs; a TeamQuota only hangs from it.
+    for item in sorted(items, key=lambda i: i.obj.get("kind") != "Cohort"):
+        key = (str(item.obj.get("kind")), str(get(item.obj, "metadata.name", str, "")))
+        if key in bad:
+            error = cycle_error(key[0], bad[key], where=item.where)
+            fail(error)
+            collected.left_out.append(left_out(item.obj, error))
+    collected.cohorts = [c for c in collected.cohorts if ("Cohort", c.model.name) not in bad]
+    collected.quotas = [q for q in collected.quotas if ("TeamQuota", q.model.name) not in bad]
 
 
 def build_snapshot(items: Iterable[Located], *, now: float, skip: Skip | None = None) -> Snapshot:

@@ -12,6 +12,10 @@ cycle is timed with the lender's ``reclaimWithinCohort: Any`` and with ``Never``
 in CPU seconds, best of ``--repeat``; the target is at most 2x.  The same cycle
 once more with the cohort's fair sharing on (a Cohort object): the same
 preemptions, chosen quota by quota under the share rule.
+
+Then all three once more in a three-level cohort tree (issue 24): org <- dept-a <-
+group-a (the lender's cohort) and org <- dept-b <- group-b (the borrower's), with
+the tree's shares judged at every level, against the same tree without preemption.
 """
 
 from __future__ import annotations
@@ -26,6 +30,22 @@ from queue_controller.core import Cohort, Verdict, WorkloadPhase, schedule
 from queue_controller.core.model.objects import Preemption, ReclaimPolicy, Snapshot, TeamQuota
 from tests.bench.timing import best_cpu_seconds
 from tests.builders import GPU, gang, gpu_node, gpus, queue, running_pod, snapshot
+
+TREE = (
+    Cohort("org"),
+    Cohort("dept-a", parent="org"),
+    Cohort("dept-b", parent="org"),
+    Cohort("group-a", parent="dept-a"),
+    Cohort("group-b", parent="dept-b"),
+)
+
+
+def in_tree(flat: Snapshot, *, fair: bool) -> Snapshot:
+    """The same cluster, the two quotas three levels below org (fair sharing from the root)."""
+    lender, borrower = flat.quotas
+    cohorts = (replace(TREE[0], fair_sharing=fair), *TREE[1:])
+    quotas = (replace(lender, cohort="group-a"), replace(borrower, cohort="group-b"))
+    return replace(flat, quotas=quotas, cohorts=cohorts)
 
 
 def cluster(nodes: int, policy: Preemption) -> Snapshot:
@@ -72,6 +92,9 @@ def main() -> None:
     columns += ("fair", "ratio", "preempt")
     for column in columns:
         table.add_column(column, justify="right")
+    tree = Table(title="the same, in a three-level cohort tree (CPU s, best of runs)")
+    for column in ("nodes", "without", "with", "ratio", "fair", "ratio", "preempt"):
+        tree.add_column(column, justify="right")
     for nodes in [1_000] if args.quick else [1_000, 5_000]:
         never = cluster(nodes, Preemption())
         reclaim = cluster(nodes, Preemption(reclaim_within_cohort=ReclaimPolicy.ANY))
@@ -91,7 +114,23 @@ def main() -> None:
             f"{fair_s / without_s:.2f}x",
             f"{preempting:,}",
         )
+        tree_never = in_tree(never, fair=False)
+        tree_reclaim = in_tree(reclaim, fair=False)
+        tree_fair = in_tree(reclaim, fair=True)
+        t_without, _ = best_cpu_seconds(lambda s=tree_never: schedule(s), args.repeat)
+        t_with, t_result = best_cpu_seconds(lambda s=tree_reclaim: schedule(s), args.repeat)
+        t_fair, _ = best_cpu_seconds(lambda s=tree_fair: schedule(s), args.repeat)
+        tree.add_row(
+            f"{nodes:,}",
+            f"{t_without:.2f}",
+            f"{t_with:.2f}",
+            f"{t_with / t_without:.2f}x",
+            f"{t_fair:.2f}",
+            f"{t_fair / t_without:.2f}x",
+            f"{sum(1 for d in t_result.decisions if d.verdict is Verdict.PREEMPT):,}",
+        )
     Console().print(table)
+    Console().print(tree)
 
 
 if __name__ == "__main__":

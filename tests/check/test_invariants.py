@@ -119,6 +119,55 @@ def test_a_cohort_borrowing_what_a_lender_keeps_back() -> None:
     assert found == [("LendingLimitExceeded", ("TeamQuota lender", "TeamQuota team"))]
 
 
+def cohort(name: str, parent: str = "", **limits: int) -> Obj:
+    spec: dict[str, Any] = {"parentName": parent}
+    if limits:
+        spec["resources"] = {GPU: limits}
+    return {
+        "apiVersion": "queue-controller.io/v1alpha1",
+        "kind": "Cohort",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def test_a_cohort_lending_past_its_lending_limit_two_levels_up() -> None:
+    # team (nominal 0, under dept-b) runs 2 GPUs that can only come from dept-a,
+    # which lends org none of its 4 (lendingLimit 0): the lender at the root is dept-a.
+    objects = [
+        QUEUE,
+        team(0, cohort="dept-b"),
+        team(4, cohort="dept-a", name="lender"),
+        cohort("org"),
+        cohort("dept-a", "org", nominal=0, lendingLimit=0),
+        cohort("dept-b", "org"),
+        node("n1"),
+        *admitted(),
+    ]
+    found = violations(objects)
+    assert found == [("LendingLimitExceeded", ("TeamQuota lender", "TeamQuota team"))]
+    # Without the limit, dept-a lends lender's idle 4 through org: nothing is broken.
+    unlimited = [
+        o for o in objects if o["metadata"].get("name") != "dept-a" or o["kind"] != "Cohort"
+    ]
+    assert violations([*unlimited, cohort("dept-a", "org")]) == []
+
+
+def test_a_cohort_drawing_past_its_borrowing_limit() -> None:
+    objects = [
+        QUEUE,
+        team(0, cohort="dept-b"),
+        team(4, cohort="dept-a", name="lender"),
+        cohort("org"),
+        cohort("dept-a", "org"),
+        cohort("dept-b", "org", nominal=0, borrowingLimit=1),
+        node("n1"),
+        *admitted(),
+    ]
+    found = violations(objects)
+    assert found == [("QuotaOverdrawn", ("Cohort dept-b", "TeamQuota team"))]
+
+
 def test_two_pod_groups_for_one_job() -> None:
     twin = group("train-copy", phase="Running", placement={"n1": 2})
     twin["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "train", "uid": "uid-train"}]

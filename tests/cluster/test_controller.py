@@ -160,9 +160,10 @@ def test_quota_limit_and_borrowing_within_a_cohort(
     eventually(lambda: objects.phase("own", "Running"), what="within nominal")
     create(cluster, namespace, job("borrow", queue="train", gpus=2, pods=1, nodes=nodes))
     admitted = eventually(lambda: objects.phase("borrow", "Admitted", "Running"), what="borrowing")
-    assert "borrowing 2 nvidia.com/gpu from its cohort" in admitted["status"].get(
-        "message", ""
-    ) or any("borrowing 2" in (c.get("message") or "") for c in admitted["status"]["conditions"])
+    said = f"borrowing 2 nvidia.com/gpu from cohort {cohort}"
+    assert said in admitted["status"].get("message", "") or any(
+        said in (c.get("message") or "") for c in admitted["status"]["conditions"]
+    )
     create(cluster, namespace, job("over", queue="train", gpus=1, pods=1, nodes=nodes))
     over = eventually(
         lambda: (g := objects.phase("over", "Pending")) and g["status"].get("reason") and g,

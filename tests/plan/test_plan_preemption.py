@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tests.plan.harness import DUMPS, dump, invoke, plan_json
 
@@ -104,3 +105,72 @@ def test_fair_sharing_tries_both_strategies_by_default(tmp_path: Path) -> None:
     path.write_text(only)
     (decision,) = plan_json(str(path))
     assert (decision["decision"], decision["reason"]) == ("Pending", "QuotaExceeded")
+
+
+# -- cohort trees (issue 24, item 4) and held nominal (item 3) ----------------------------
+
+
+def by_workload(name: str) -> dict[str, dict[str, Any]]:
+    return {d["workload"]: d for d in plan_json(name)}
+
+
+def test_a_lender_reclaims_through_a_two_level_tree() -> None:
+    (decision,) = plan_json("cohort-tree-reclaim.yaml")
+    assert (decision["decision"], decision["reason"]) == ("Preempt", "ReclaimWithinCohort")
+    assert [v["workload"] for v in decision["victims"]] == ["b1/big"]
+    assert decision["placement"] == {"gpu-0": 1}
+
+
+def test_borrowing_through_a_tree_names_each_cohort_it_comes_from() -> None:
+    decisions = by_workload("cohort-tree-borrowing.yaml")
+    assert decisions["ops/all"]["decision"] == "Admit"
+    big = decisions["vision/big"]
+    assert (big["decision"], big["reason"]) == ("Pending", "QuotaExceeded")
+    assert "needs 12, only 8 available" in big["message"]
+    mid = decisions["vision/mid"]
+    assert mid["decision"] == "Admit"
+    assert mid["message"].endswith(
+        "(borrowing 6 nvidia.com/gpu from cohort research, 2 of it from cohort org via research)"
+    )
+
+
+def test_fair_preemption_takes_from_the_subtree_that_borrows_most(tmp_path: Path) -> None:
+    (decision,) = plan_json("cohort-tree-fair-preemption.yaml")
+    assert decision["decision"] == "Preempt"
+    assert [v["workload"] for v in decision["victims"]] == ["a2/a2-2"]
+    # The same quotas in one flat cohort: by the quotas' own shares, b1's newest goes.
+    text = Path(dump("cohort-tree-fair-preemption.yaml")).read_text()
+    flat = text.replace("cohort: dept-a\n", "cohort: org\n").replace(
+        "cohort: dept-b\n", "cohort: org\n"
+    )
+    assert flat != text
+    path = tmp_path / "flat.yaml"
+    path.write_text(flat)
+    (decision,) = plan_json(str(path))
+    assert [v["workload"] for v in decision["victims"]] == ["b1/b1-3"]
+
+
+def test_a_head_that_may_not_preempt_holds_only_its_own_idle_nominal(tmp_path: Path) -> None:
+    decisions = by_workload("held-nominal-strict-fifo-head.yaml")
+    assert decisions["a/head"]["reason"] == "QuotaExceeded"
+    assert decisions["b/small"]["decision"] == "Admit"  # c's idle nominal is still lent
+    late = decisions["d/late"]
+    assert (late["decision"], late["reason"]) == ("Pending", "QuotaExceeded")
+    assert late["message"].endswith("idle nominal held this cycle for a gang of a")
+    # A quota that reclaims Any can always take its nominal back: it holds nothing.
+    text = Path(dump("held-nominal-strict-fifo-head.yaml")).read_text()
+    anyway = text.replace("reclaimWithinCohort: LowerPriority", "reclaimWithinCohort: Any")
+    path = tmp_path / "reclaims-any.yaml"
+    path.write_text(anyway)
+    decisions = {d["workload"]: d for d in plan_json(str(path))}
+    assert decisions["a/head"]["reason"] == "QuotaExceeded"
+    assert decisions["d/late"]["decision"] == "Admit"  # Kueue's CanAlwaysReclaim
+
+
+def test_a_foundation_team_keeps_the_nominal_it_cannot_reclaim() -> None:
+    decisions = by_workload("held-nominal-foundation.yaml")
+    train = decisions["foundation/train"]
+    assert (train["decision"], train["reason"]) == ("Pending", "QuotaExceeded")
+    batch = decisions["spare/batch"]
+    assert (batch["decision"], batch["reason"]) == ("Pending", "QuotaExceeded")
+    assert batch["message"].endswith("idle nominal held this cycle for a gang of foundation")

@@ -180,7 +180,7 @@ def test_cohort_borrowing_within_the_lending_limit_is_admitted_as_borrowing() ->
     assert outcome(d) == ADMIT
     assert d["placement"] == {"gpu-1": 1}
     assert d["message"].endswith(
-        "charged to TeamQuota research (borrowing 2 nvidia.com/gpu from its cohort)"
+        "charged to TeamQuota research (borrowing 2 nvidia.com/gpu from cohort lab)"
     )
 
 
@@ -196,7 +196,7 @@ def test_borrowing_limit_caps_borrowing_even_when_the_cohort_has_more_to_lend() 
 def test_borrowing_up_to_the_borrowing_limit_is_admitted() -> None:
     d = decide("cohort.yaml")["vision/wants-2"]
     assert outcome(d) == ADMIT
-    assert "(borrowing 2 nvidia.com/gpu from its cohort)" in d["message"]
+    assert "(borrowing 2 nvidia.com/gpu from cohort big)" in d["message"]
     # gpu-1 had 4 free; research/needs-2 took 2 just before.
     assert d["placement"] == {"gpu-1": 1}
 

@@ -148,3 +148,38 @@ def test_pruned_and_exhaustive_runs_decide_alike_in_a_fair_cohort(preemption: st
     assert any(name.startswith("b-") for name in admitted)
     evicted = [event for event, _, _, _ in placed[False] if event == "Evicted"]
     assert bool(evicted) == (preemption == "on")  # with preemption, fair-sharing victims
+
+
+def test_fair_sharing_at_every_level_of_a_cohort_tree() -> None:
+    """org (fair) <- dept-x (a), dept-y (b, c); a lender of 12 directly under org.
+    The departments split what is lent in half, then b and c split dept-y's half:
+    by the teams' own shares alone each would get a third."""
+
+    def member(name: str, cohort: str, nominal: int = 0) -> TeamQuota:
+        return TeamQuota(
+            name=name, resources={GPU: ResourceQuota(nominal=nominal * 1000)}, cohort=cohort
+        )
+
+    teams = ("a", "b", "c")
+    scene = Scenario(
+        name="tree",
+        nodes=(node("n1", 12),),
+        queues=tuple(Queue(namespace=t, name="q", team_quota=t) for t in teams),
+        quotas=(
+            member("lender", "org", 12),
+            member("a", "dept-x"),
+            member("b", "dept-y"),
+            member("c", "dept-y"),
+        ),
+        jobs=burst("a", at=0, count=24) + burst("b", at=50, count=24) + burst("c", at=50, count=24),
+        cohorts=(
+            Cohort(name="org", fair_sharing=True),
+            Cohort(name="dept-x", parent="org"),
+            Cohort(name="dept-y", parent="org"),
+        ),
+    )
+    shares = run(scene).shares
+    assert at(shares["a"], 50) == 1.0  # alone, a borrows all 12 the tree lends it
+    assert at(shares["a"], 150) == 0.5  # 6 of 12
+    assert at(shares["b"], 150) == 0.25  # 3 of 12
+    assert at(shares["c"], 150) == 0.25

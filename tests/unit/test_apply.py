@@ -20,7 +20,7 @@ from queue_controller.controller.apply import Applier
 from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
-from queue_controller.core import Cohort, CycleResult, Decision, Reason, Verdict
+from queue_controller.core import Cohort, CohortFigures, CycleResult, Decision, Reason, Verdict
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import kinds
 from queue_controller.kube.gangs import WORKLOAD_KIND_LABEL
@@ -39,17 +39,25 @@ class Cluster:
     applier: Applier
 
     def plan(
-        self, *decisions: Decision, usage: dict[str, dict[str, int]] | None = None
+        self,
+        *decisions: Decision,
+        usage: dict[str, dict[str, int]] | None = None,
+        cohorts: dict[str, CohortFigures] | None = None,
     ) -> list[act.Action]:
         """What the planner decides from the controller's state, as a cycle would."""
-        result = CycleResult(decisions, usage or {})
+        result = CycleResult(decisions, usage or {}, cohorts=cohorts or {})
         return Planner(300).plan(seen(self.state, NOW), result, now=NOW)
 
     def apply(self, actions: list[act.Action]) -> int:
         return asyncio.run(self.applier.apply_all(actions))
 
-    def cycle(self, *decisions: Decision, usage: dict[str, dict[str, int]] | None = None) -> int:
-        return self.apply(self.plan(*decisions, usage=usage))
+    def cycle(
+        self,
+        *decisions: Decision,
+        usage: dict[str, dict[str, int]] | None = None,
+        cohorts: dict[str, CohortFigures] | None = None,
+    ) -> int:
+        return self.apply(self.plan(*decisions, usage=usage, cohorts=cohorts))
 
     def held(self, kind: str, name: str, namespace: str = "ns") -> Obj:
         obj = self.fake.held(kind, namespace, name)
@@ -355,6 +363,16 @@ QUOTA: Obj = {
 }
 
 
+COHORT: Obj = {
+    "apiVersion": "queue-controller.io/v1alpha1",
+    "kind": "Cohort",
+    "metadata": {"name": "org", "resourceVersion": "7"},
+    "spec": {"resources": {"nvidia.com/gpu": {"nominal": 2}}},
+    "status": {"subtreeQuota": {"cpu": "4", "nvidia.com/gpu": "6"}, "used": {"cpu": "1"}},
+}
+FIGURES = {"org": CohortFigures({"nvidia.com/gpu": 6000}, {"nvidia.com/gpu": 5000}, 125)}
+
+
 def status_writes(c: Cluster, kind: str) -> list[Call]:
     return [call for call in c.fake.writes() if call.resource.kind == kind]
 
@@ -372,6 +390,37 @@ def test_a_team_quota_status_write_is_conditional_on_the_quotas_version() -> Non
     assert c.cycle(usage={"team": {"nvidia.com/gpu": 6000}}) == 0
     (write,) = status_writes(c, "TeamQuota")
     assert (write.namespace, write.subresource, write.resource_version) == ("", "status", "3")
+
+
+def test_a_cohort_status_write_is_conditional_and_drops_what_left() -> None:
+    c = cluster(COHORT)
+    assert c.cycle(cohorts=FIGURES) == 0
+    (write,) = status_writes(c, "Cohort")
+    assert (write.namespace, write.subresource, write.resource_version) == ("", "status", "7")
+    status = c.held("Cohort", "org", namespace="")["status"]
+    assert status == {
+        "subtreeQuota": {"nvidia.com/gpu": "6"},
+        "used": {"nvidia.com/gpu": "5"},
+        "fairSharing": {"weightedShare": 125},
+    }
+
+
+def test_a_cohort_whose_figures_did_not_change_is_not_written() -> None:
+    c = cluster(COHORT)
+    c.cycle(cohorts=FIGURES)
+    c.watch("Cohort", "org", namespace="")
+    writes = len(c.fake.writes())
+    assert c.cycle(cohorts=FIGURES) == 0
+    assert len(c.fake.writes()) == writes
+
+
+def test_a_cohort_whose_tree_turns_fair_sharing_off_loses_its_share() -> None:
+    c = cluster(COHORT)
+    c.cycle(cohorts=FIGURES)
+    c.watch("Cohort", "org", namespace="")
+    off = {"org": CohortFigures({"nvidia.com/gpu": 6000}, {"nvidia.com/gpu": 5000}, None)}
+    c.cycle(cohorts=off)
+    assert "fairSharing" not in c.held("Cohort", "org", namespace="")["status"]
 
 
 def test_a_resource_no_longer_counted_leaves_the_team_quota_status() -> None:
@@ -397,6 +446,7 @@ def every_action() -> Cluster:
     orphan["metadata"]["labels"] = {WORKLOAD_KIND_LABEL: "Job"}
     return cluster(
         QUOTA,
+        COHORT,  # CohortStatus
         job("fresh"),  # CreatePodGroup, MarkPending
         job("admit"),
         group("admit", phase="Pending"),  # Admit
@@ -454,7 +504,7 @@ USAGE = {"team": {"nvidia.com/gpu": 6000}}  # QueueStatus, TeamQuotaStatus
 
 
 def test_the_every_action_cluster_plans_every_kind_of_action() -> None:
-    planned = {type(a) for a in every_action().plan(*EVERY_DECISION, usage=USAGE)}
+    planned = {type(a) for a in every_action().plan(*EVERY_DECISION, usage=USAGE, cohorts=FIGURES)}
     # Vanished is the loop's: it needs the cycle before (tests/unit/test_vanished.py); so
     # is WarnLeftOut, for objects the translation left out (tests/unit/test_bad_objects.py).
     assert planned == set(get_args(act.Action)) - {act.Vanished, act.WarnLeftOut}
@@ -462,7 +512,7 @@ def test_the_every_action_cluster_plans_every_kind_of_action() -> None:
 
 def test_every_request_the_applier_sends_is_granted_by_the_rbac_rules() -> None:
     c = every_action()
-    assert c.cycle(*EVERY_DECISION, usage=USAGE) == 0
+    assert c.cycle(*EVERY_DECISION, usage=USAGE, cohorts=FIGURES) == 0
     allowed = {
         (rule.group, resource, verb)
         for rule in kinds.rbac_rules()
@@ -498,7 +548,7 @@ FAIR_QUOTA: Obj = {
         "fairSharing": {"weight": "1500m"},
     },
 }
-COHORT: Obj = {
+FAIR_COHORT: Obj = {
     "apiVersion": "queue-controller.io/v1alpha1",
     "kind": "Cohort",
     "metadata": {"name": "pool", "resourceVersion": "4"},
@@ -507,7 +557,7 @@ COHORT: Obj = {
 
 
 def test_a_cohort_and_a_weight_are_read_once_into_the_snapshot() -> None:
-    c = cluster(FAIR_QUOTA, COHORT)
+    c = cluster(FAIR_QUOTA, FAIR_COHORT)
     snapshot = seen(c.state, NOW).snapshot
     assert snapshot.cohorts == (Cohort("pool", fair_sharing=True),)
     (quota,) = snapshot.quotas
@@ -515,7 +565,7 @@ def test_a_cohort_and_a_weight_are_read_once_into_the_snapshot() -> None:
 
 
 def test_the_weighted_share_is_written_and_leaves_when_fair_sharing_ends() -> None:
-    c = cluster(FAIR_QUOTA, COHORT)
+    c = cluster(FAIR_QUOTA, FAIR_COHORT)
     usage = {"team": {"nvidia.com/gpu": 6000}}
     c.apply(Planner(300).plan(seen(c.state, NOW), CycleResult((), usage, {"team": 333}), now=NOW))
     assert c.held("TeamQuota", "team", namespace="")["status"]["fairSharing"] == {

@@ -165,7 +165,7 @@ def test_cohort_borrowing_is_admitted_and_reported() -> None:
     )
     (decision,) = result.decisions
     assert decision.verdict is Verdict.ADMIT
-    assert "borrowing 4 nvidia.com/gpu from its cohort" in decision.message
+    assert "borrowing 4 nvidia.com/gpu from cohort pool)" in decision.message
 
 
 def test_borrowing_limit_and_lending_limit_hold_in_the_cycle() -> None:

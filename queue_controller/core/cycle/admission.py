@@ -9,6 +9,7 @@ so gangs admitted earlier in the cycle are seen by every later one.
 from __future__ import annotations
 
 import gc
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,9 +21,11 @@ from queue_controller.core.cycle.gangshapes import gang_shapes
 from queue_controller.core.cycle.pacing import CreationPacer
 from queue_controller.core.model.decisions import Decision, Reason, Verdict, decision_for
 from queue_controller.core.model.objects import (
+    BorrowPolicy,
     Node,
     Ordering,
     Queue,
+    ReclaimPolicy,
     Snapshot,
     Workload,
     WorkloadPhase,
@@ -34,7 +37,12 @@ from queue_controller.core.placement.fit import EquivalenceIndex
 from queue_controller.core.placement.shapes import GangShape, Placement, Placer, SetShape
 from queue_controller.core.placement.topology.slices import with_topology
 from queue_controller.core.preemption.preemptor import Preemptor
-from queue_controller.core.quota.fairshare import FairShares, FairTurns
+from queue_controller.core.quota.fairshare import (
+    CohortFigures,
+    FairShares,
+    FairTurns,
+    cohort_figures,
+)
 from queue_controller.core.quota.ledger import QuotaLedger
 from queue_controller.core.rules.gpuhealth import unhealthy_note
 from queue_controller.core.rules.nodes import may_select
@@ -55,6 +63,8 @@ class CycleResult:
     # Pods of the gangs admitted before this cycle that their controllers have not made
     # yet (what pacing counts, whether it is on or not).
     awaiting_creation: int = 0
+    # Cohort (of a Cohort object) -> its subtree's quota, use and weighted share.
+    cohorts: Mapping[str, CohortFigures] = field(default_factory=dict)
 
 
 class _Cycle:
@@ -79,7 +89,7 @@ class _Cycle:
         self.pacer = CreationPacer.of(creation_backlog, (p.workload for p in admitted))
         # (TeamQuota, need) of each gang pacing holds: charged for the cycle, then forgotten.
         self.assumed: list[tuple[str, Mapping[str, int]]] = []
-        self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted))
+        self.ledger = QuotaLedger(snapshot.quotas, self._quota_usage(admitted), snapshot.cohorts)
         self.pending = sorted(
             (p for p in prepared if p.workload.phase is WorkloadPhase.PENDING),
             key=lambda p: order_key(p.workload, p.priority),
@@ -184,7 +194,8 @@ class _Cycle:
             for quota in self.snapshot.quotas
             if self.fair.applies(quota.name)
         }
-        return CycleResult(tuple(decisions), usage, shares, awaiting_creation)
+        cohorts = cohort_figures(self.fair, (c.name for c in self.snapshot.cohorts))
+        return CycleResult(tuple(decisions), usage, shares, awaiting_creation, cohorts)
 
     def _borrowing_turns(self, borrowers: list[Prepared]) -> Iterator[Decision]:
         """The second pass: in order, except within a fair-sharing cohort.
@@ -200,7 +211,7 @@ class _Cycle:
         for p in borrowers:
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
             if queue is not None and self.fair.applies(queue.team_quota):
-                cohort_of[p.workload.key] = cohort = self.ledger.quota(queue.team_quota).cohort
+                cohort_of[p.workload.key] = cohort = self.ledger.leaf(queue.team_quota).root().name
                 fair[cohort].append((queue.team_quota, p))
         for cohort, gangs in fair.items():
             turns[cohort] = FairTurns(self.fair, gangs)
@@ -373,11 +384,13 @@ class _Cycle:
             if preempting is not None:
                 return preempting
             message = shortfall.describe()
-            if self.ledger.within_nominal(queue.team_quota, need):
-                # Its own nominal would hold it, but the cohort lent it out: what is
-                # still idle of it is not lent again this cycle.
+            if self._holds_nominal(queue.team_quota, need):
+                # Its own nominal would hold it, or it needs preempting it may not do:
+                # what is still idle of its nominal is not lent again this cycle.
                 self.ledger.hold_idle_nominal(queue.team_quota, need)
-            elif self.fair.applies(queue.team_quota):
+            if not self.ledger.within_nominal(queue.team_quota, need) and self.fair.applies(
+                queue.team_quota
+            ):
                 why = self.fair.why_not_preempted(queue.team_quota, need)
                 message += f"; {why}" if why else ""
             return decision_for(workload, Verdict.PENDING, Reason.QUOTA_EXCEEDED, message)
@@ -405,7 +418,7 @@ class _Cycle:
             f"charged to TeamQuota {queue.team_quota}"
         )
         if borrowed:
-            message += " (borrowing " + ", ".join(borrowed) + " from its cohort)"
+            message += " (borrowing " + "; ".join(borrowed) + ")"
         by_set = (
             {
                 s.pod_set.name: dict(sorted(p.nodes.items()))
@@ -424,10 +437,39 @@ class _Cycle:
         )
         return with_topology(decision, sets, placed)
 
+    def _holds_nominal(self, quota_name: str, need: Mapping[str, int]) -> bool:
+        """Whether a gang refused for quota holds its quota's idle nominal this cycle.
+
+        A gang within its nominal always does: the cohort lent its nominal out.  One
+        that must borrow does when its quota may preempt to borrow
+        (``borrowWithinCohort``), it could fit by preempting, found no victim, and
+        may not take everything back later: its quota does not reclaim ``Any``
+        (Kueue's ``reserveCapacityForUnreclaimablePreempt``, which skips a queue that
+        can always reclaim).  Otherwise borrowers would take what frees up first.
+        """
+        if self.ledger.within_nominal(quota_name, need):
+            return True
+        quota = self.ledger.quota(quota_name)
+        policy = quota.preemption
+        if (
+            policy.borrow_within_cohort is BorrowPolicy.NEVER
+            or policy.reclaim_within_cohort is ReclaimPolicy.ANY
+        ):
+            return False
+        leaf = self.ledger.leaf(quota_name)
+        return all(
+            amount <= self.ledger.tree.potential(leaf, resource)
+            for resource, amount in need.items()
+            if amount > 0 and resource in quota.resources
+        )
+
     def _borrowing(self, quota_name: str, need: Mapping[str, int]) -> list[str]:
-        """What admitting ``need`` borrows beyond the quota's nominal, for the message."""
+        """What admitting ``need`` borrows beyond the quota's nominal, and which cohorts
+        of the tree it comes from, for the message: "4 nvidia.com/gpu from cohort
+        research, 2 of it from cohort org via research"."""
         quota = self.ledger.quota(quota_name)
         used = self.ledger.used(quota_name)
+        drawn = self.ledger.drawn_from(quota_name, need)
         out = []
         for resource in sorted(need, key=scarcity_rank):
             limits = quota.resources.get(resource)
@@ -435,8 +477,15 @@ class _Cycle:
                 continue
             before = max(0, used.get(resource, 0) - limits.nominal)
             after = max(0, used.get(resource, 0) + need[resource] - limits.nominal)
-            if after > before:
-                out.append(f"{format_milli(after - before, resource)} {resource}")
+            if after <= before:
+                continue
+            amount = after - before
+            levels = drawn.get(resource, [(quota.cohort, amount)])
+            text = f"{format_milli(amount, resource)} {resource} from cohort {levels[0][0]}"
+            for (below, _), (cohort, up) in itertools.pairwise(levels):
+                part = format_milli(min(up, amount), resource)
+                text += f", {part} of it from cohort {cohort} via {below}"
+            out.append(text)
         return out
 
 

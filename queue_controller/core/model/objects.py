@@ -271,11 +271,21 @@ class FairStrategy(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Cohort:
-    """A Cohort object: where it exists and enables fair sharing, its members'
-    borrowing is ordered, and may be preempted, by their shares (DRF)."""
+    """A Cohort object: a node of a cohort tree (Kueue's hierarchical cohorts).
+
+    Its TeamQuotas (``spec.cohort``) and child cohorts (``parent``) lend it what
+    their lending limits allow; it adds its own ``resources`` and lends within its
+    subtree, and towards its parent as its own limits say.  Where the tree's root
+    enables fair sharing, borrowing is ordered, and may be preempted, by weighted
+    shares (DRF) at every level.
+    """
 
     name: str
     fair_sharing: bool = False
+    parent: str = ""  # spec.parentName: "" for a root
+    resources: Mapping[str, ResourceQuota] = field(default_factory=dict)
+    # spec.fairSharing.weight, in thousandths, as a TeamQuota's.
+    fair_weight: int = 1000
     # Kueue's fairSharing.preemptionStrategies, tried in order; Kueue's default.
     preemption_strategies: tuple[FairStrategy, ...] = (
         FairStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,

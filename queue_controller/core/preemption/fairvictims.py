@@ -6,6 +6,11 @@ now, the victims taken so far already gone (the preemptor's own quota by its
 share too), each quota's candidates in their own order (lower priority,
 newest, fewer GPUs).
 
+In a cohort tree, "the quota" in what follows is the node just below the lowest
+cohort that holds both the victim's quota and the preemptor's (Kueue's
+almost-LCA), and candidates come from the node with the highest share at each
+level, from the root down.
+
 The rule: the cohort's preemption strategies, any of them (Kueue tries them in
 order, and a victim passes by the first that allows it): a victim of another
 quota must leave its quota, without all the victims taken from it, at or above
@@ -30,6 +35,7 @@ from queue_controller.core.model.objects import FairStrategy
 from queue_controller.core.model.resources import Resources
 from queue_controller.core.preemption.victims import Holder, VictimSearch, ruled
 from queue_controller.core.quota.fairshare import INFINITE, FairShares
+from queue_controller.core.quota.tree import Node
 
 Candidate = tuple[Holder, Reason]
 
@@ -82,7 +88,6 @@ class ShareRuledSearch:
         of the ledger): ``LessThanOrEqualToFinalShare`` judges the quota without all
         of them; ``LessThanInitialShare`` with the last taken back, the largest (the
         victims may be taken in any order, and that one is the most lenient)."""
-        mine = self.fair.share(team, need)
         strategies = self.fair.strategies(team)
         by_quota: dict[str, list[Holder]] = {}
         for holder, reason in victims:
@@ -90,19 +95,28 @@ class ShareRuledSearch:
                 by_quota.setdefault(holder.team_quota, []).append(holder)
         broken = set()
         for quota, holders in by_quota.items():
+            # In a tree, the shares compared are those of the nodes just below the
+            # lowest cohort both quotas are in (Kueue's almost-LCAs).
+            ours, theirs = self.fair.almost_lcas(team, quota)
+            mine = self.fair.node_share(ours, team, need)
             if mine >= INFINITE or not any(
-                self._allows(strategy, mine, quota, holders) for strategy in strategies
+                self._allows(strategy, mine, theirs, quota, holders) for strategy in strategies
             ):
                 broken.add(quota)
         return broken
 
     def _allows(
-        self, strategy: FairStrategy, mine: Fraction, quota: str, holders: list[Holder]
+        self,
+        strategy: FairStrategy,
+        mine: Fraction,
+        theirs: Node,
+        quota: str,
+        holders: list[Holder],
     ) -> bool:
         if strategy is FairStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
-            return mine <= self.fair.share(quota)
-        largest = max(holders, key=lambda h: self.fair.share(quota, h.need))
-        return mine < self.fair.share(quota, largest.need)
+            return mine <= self.fair.node_share(theirs)
+        largest = max(holders, key=lambda h: self.fair.node_share(theirs, quota, h.need))
+        return mine < self.fair.node_share(theirs, quota, largest.need)
 
     def _by_share(
         self, streams: Mapping[str, _Stream], team: str, excluded: set[str]
@@ -119,10 +133,13 @@ class ShareRuledSearch:
                 position[quota] += 1
             return None
 
-        def rank(quota: str) -> tuple[Fraction, tuple[int, float, int, str]]:
+        def rank(quota: str) -> tuple[tuple[Fraction, ...], tuple[int, float, int, str]]:
+            # From the root down, the node with the highest share first (Kueue's
+            # target ordering): the shares along the quota's path, root's child first.
             candidate = following(quota)
             assert candidate is not None
-            return (-self.fair.share(quota), candidate[0].order)
+            path = list(self.fair.ledger.leaf(quota).path())[:-1]
+            return (tuple(-self.fair.node_share(n) for n in reversed(path)), candidate[0].order)
 
         while True:
             live = [quota for quota in streams if following(quota) is not None]

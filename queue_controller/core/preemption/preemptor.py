@@ -199,10 +199,9 @@ class Preemptor:
 
         if not self.fair.applies(team):
             return self._lenders_checked(chosen, team, need, fits)
-        cohort = self.ledger.quota(team).cohort
         streams = {
             quota: chosen(False)(self.by_quota.get(quota, {}).values())
-            for quota in self.ledger.members(cohort)
+            for quota in self.ledger.tree_members(team)
         }
         return ShareRuledSearch(self.search, self.fair).run(streams, team, need, fits)
 

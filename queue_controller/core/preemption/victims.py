@@ -162,8 +162,7 @@ class _Borrowing:
         live: bool,
     ) -> None:
         self.ledger, self.need, self.live = ledger, need, live
-        cohort = ledger.quota(team_quota).cohort
-        members = ledger.members(cohort) if cohort else ()
+        members = ledger.tree_members(team_quota)
         self.once = {name: quota_borrows(ledger, name, need) for name in {team_quota, *members}}
 
     def get(self, team_quota: str, default: bool = False) -> bool:

@@ -1,5 +1,6 @@
-"""Quota: the ledger of what each team quota guarantees, lends and borrows (``ledger``),
-and fair share within a cohort (``fairshare``, over the prepared gangs).
+"""Quota: the cohort tree (``tree``), the ledger of what each team quota guarantees,
+lends and borrows through it (``ledger``), and fair share at every level of the tree
+(``fairshare``, over the prepared gangs).
 
 Independent of :mod:`..placement`: only preemption and the cycle use both.
 """
@@ -9,9 +10,13 @@ from queue_controller.core.quota.ledger import (
     guaranteed,
     lendable,
 )
+from queue_controller.core.quota.tree import QuotaTree, cycles, roots_of
 
 __all__ = [
     "QuotaLedger",
+    "QuotaTree",
+    "cycles",
     "guaranteed",
     "lendable",
+    "roots_of",
 ]

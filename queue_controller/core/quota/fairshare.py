@@ -7,10 +7,16 @@ quota within its nominal everywhere has share 0; a quota of weight 0 that
 borrows has an infinite share (Kueue reports it as the largest int64), so it
 borrows only what no quota of positive weight asks for.
 
+In a cohort tree every node has a share: what its subtree uses beyond its
+subtree's quota, divided by what its parent could give it (Kueue's
+``potentialAvailable``), divided by its own weight; a root has none.  Fair
+sharing then works at every level: gangs take turns, and victims are judged,
+by the shares of the two nodes just below the lowest cohort the quotas share.
+
 Shares are exact fractions: two quotas that borrow the same part of the cohort
 have equal shares, and "at or above" in the preemption rule means just that.
 
-Where a Cohort object enables fair sharing:
+Where a tree's root Cohort enables fair sharing:
 
 * gangs of its quotas that borrow are tried lowest share first, the share
   counted as it would be once the gang is admitted (Kueue's order), so a
@@ -27,13 +33,15 @@ Where a Cohort object enables fair sharing:
 
 from __future__ import annotations
 
-import heapq
-from collections import Counter, defaultdict, deque
+import itertools
+from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 
 from queue_controller.core.model.objects import Cohort, FairStrategy
 from queue_controller.core.quota.ledger import QuotaLedger
+from queue_controller.core.quota.tree import Node
 from queue_controller.core.rules.prepared import Prepared
 
 # Kueue reports a borrowing quota of weight 0 with the largest int64 share.
@@ -41,55 +49,93 @@ INFINITE = Fraction(2**63 - 1)
 
 
 class FairShares:
-    """The shares of the quotas in fair-sharing cohorts, read off the cycle's ledger."""
+    """The shares of the nodes of fair-sharing cohort trees, read off the cycle's ledger.
+
+    Fair sharing is switched on, and its strategies chosen, by a tree's root
+    Cohort; it then applies at every level (Kueue's hierarchical fair sharing).
+    """
 
     def __init__(self, ledger: QuotaLedger, cohorts: Iterable[Cohort]) -> None:
         self.ledger = ledger
         self._strategies = {c.name: c.preemption_strategies for c in cohorts if c.fair_sharing}
         self.cohorts = frozenset(self._strategies)
 
+    def _root(self, quota_name: str) -> Node | None:
+        leaf = self.ledger.leaf(quota_name)
+        return None if leaf.parent is None else leaf.root()
+
     def strategies(self, quota_name: str) -> tuple[FairStrategy, ...]:
-        """The preemption strategies of the quota's fair-sharing cohort, in order."""
-        return self._strategies.get(self.ledger.quota(quota_name).cohort, ())
+        """The preemption strategies of the quota's fair-sharing tree, in order."""
+        root = self._root(quota_name)
+        return () if root is None else self._strategies.get(root.name, ())
 
     def applies(self, quota_name: str) -> bool:
-        """Whether ``quota_name`` belongs to a cohort with fair sharing enabled."""
+        """Whether ``quota_name`` belongs to a tree whose root enables fair sharing."""
         if quota_name not in self.ledger:
             return False
-        cohort = self.ledger.quota(quota_name).cohort
-        return bool(cohort) and cohort in self.cohorts
+        root = self._root(quota_name)
+        return root is not None and root.name in self.cohorts
 
     def share(self, quota_name: str, change: Mapping[str, int] | None = None) -> Fraction:
         """The quota's weighted share, with ``change`` added to its usage (to try a gang
         on, or take a victim off)."""
-        quota = self.ledger.quota(quota_name)
-        used = self.ledger.used(quota_name)
-        change = change or {}
+        return self.node_share(self.ledger.leaf(quota_name), quota_name, change)
+
+    def node_share(
+        self, node: Node, quota_name: str = "", change: Mapping[str, int] | None = None
+    ) -> Fraction:
+        """A node's weighted share (Kueue's DRS), with ``change`` added to the usage of
+        TeamQuota ``quota_name`` below it: what it uses beyond its subtree's quota,
+        divided by what its parent could give it, the largest over resources, divided
+        by its weight.  A root has none."""
+        if node.parent is None:
+            return Fraction(0)
+        if not change or not node.cohort:
+            return self._share(node, change or {})
+        # A cohort's usage with the change: tried on the tree, and taken off again.
+        tree, leaf = self.ledger.tree, self.ledger.leaf(quota_name)
+        for resource, amount in change.items():
+            tree.add(leaf, resource, amount)
+        try:
+            return self._share(node, {})
+        finally:
+            for resource, amount in change.items():
+                tree.add(leaf, resource, -amount)
+
+    def _share(self, node: Node, change: Mapping[str, int]) -> Fraction:
+        assert node.parent is not None
         dominant = Fraction(0)
-        for resource, limits in quota.resources.items():
-            borrowed = used.get(resource, 0) + change.get(resource, 0) - limits.nominal
-            lent = self.ledger.pool_size(quota.cohort, resource)
-            if borrowed > 0 and lent > 0:
+        borrowing = False
+        for resource, quota in node.subtree.items():
+            borrowed = node.usage.get(resource, 0) + change.get(resource, 0) - quota
+            if borrowed <= 0:
+                continue
+            borrowing = True
+            lent = self.ledger.tree.potential(node.parent, resource)
+            if lent > 0:
                 dominant = max(dominant, Fraction(borrowed, lent))
-        if not dominant:
+        if not borrowing:
             return dominant
-        if quota.fair_weight <= 0:
+        if node.weight <= 0:
             return INFINITE
-        return dominant * 1000 / quota.fair_weight
+        return dominant * 1000 / node.weight
 
     def weighted_share(self, quota_name: str, change: Mapping[str, int] | None = None) -> int:
         """The share as Kueue's ``status.fairSharing.weightedShare``: times 1000, rounded down."""
-        share = self.share(quota_name, change)
-        return int(share) if share == INFINITE else int(share * 1000)
+        return _weighted(self.share(quota_name, change))
+
+    def cohort_share(self, cohort: str) -> int:
+        """A cohort's weighted share, as its status shows it (0 for a root)."""
+        node = self.ledger.tree.cohorts.get(cohort)
+        return 0 if node is None else _weighted(self.node_share(node))
 
     def why_not_preempted(self, quota_name: str, need: Mapping[str, int]) -> str:
         """For a pending message: the shares that kept a gang from taking back borrowed
         quota (weighted shares, as the TeamQuotas' status shows them); empty when no
         other quota borrows."""
-        cohort = self.ledger.quota(quota_name).cohort
         others = [
             f"{other} {self.weighted_share(other)}"
-            for other in self.ledger.members(cohort)
+            for other in self.ledger.tree_members(quota_name)
             if other != quota_name and self.share(other) > 0
         ]
         mine = self.weighted_share(quota_name, need)
@@ -105,45 +151,109 @@ class FairShares:
             f"a borrower gives way only {ways} ({', '.join(others)})"
         )
 
+    def almost_lcas(self, preemptor: str, target: str) -> tuple[Node, Node]:
+        """The two nodes just below the lowest cohort that holds both quotas (Kueue's
+        almost-LCAs): where fair sharing compares a preemptor with a victim's quota."""
+        mine = list(self.ledger.leaf(preemptor).path())
+        theirs = list(self.ledger.leaf(target).path())
+        ancestors = {id(node) for node in mine}
+        for below, node in itertools.pairwise(theirs):
+            if id(node) in ancestors:
+                return mine[[id(n) for n in mine].index(id(node)) - 1], below
+        return mine[-1], theirs[-1]  # different trees: never asked
+
+
+def _weighted(share: Fraction) -> int:
+    return int(share) if share == INFINITE else int(share * 1000)
+
 
 class FairTurns:
-    """Who goes next among one fair-sharing cohort's borrowing gangs.
+    """Who goes next among one fair-sharing tree's borrowing gangs.
 
-    Each quota's gangs wait in their own order (priority, then age); of the
-    quotas' first gangs, the one whose quota's share would be lowest with it
-    admitted goes first (ties: the earlier gang).  After each decision the
-    shares of the quotas it changed are read again: the decided gang's, and
-    those of the gangs it preempted.
+    Each quota's gangs wait in their own order (priority, then age).  From the
+    root down, each cohort picks, among its children that have a gang waiting,
+    the one whose share would be lowest with its own pick admitted (ties: the
+    earlier gang), as Kueue's fair-sharing iterator walks the tree.  What a node
+    picks depends only on usage below it, so after each decision only the paths
+    of the quotas it changed (the decided gang's, and those of the gangs it
+    preempted) are judged again.
     """
 
     def __init__(self, shares: FairShares, gangs: Iterable[tuple[str, Prepared]]) -> None:
         self._shares = shares
-        self._waiting: dict[str, deque[tuple[int, Prepared]]] = defaultdict(deque)
+        # quota -> its gangs, in order: (position, gang, its quota charge)
+        self._waiting: dict[str, deque[tuple[int, Prepared, Mapping[str, int]]]] = defaultdict(
+            deque
+        )
         for position, (quota, prepared) in enumerate(gangs):
-            self._waiting[quota].append((position, prepared))
-        self._heap: list[tuple[Fraction, int, str, int]] = []
-        self._version: Counter[str] = Counter()
-        for quota in self._waiting:
-            self._push(quota)
+            self._waiting[quota].append((position, prepared, prepared.need()))
+        # id(node) -> (its share with its pick, the pick's position, the pick's quota)
+        self._picks: dict[int, tuple[Fraction, int, str] | None] = {}
+        roots = {id(r): r for r in (shares.ledger.leaf(q).root() for q in self._waiting)}
+        self._roots = list(roots.values())
 
-    def _push(self, quota: str) -> None:
-        waiting = self._waiting.get(quota)
-        if waiting:
-            position, prepared = waiting[0]
-            share = self._shares.share(quota, prepared.need())
-            heapq.heappush(self._heap, (share, position, quota, self._version[quota]))
+    def _pick(self, node: Node) -> tuple[Fraction, int, str] | None:
+        key = id(node)
+        if key in self._picks:
+            return self._picks[key]
+        pick: tuple[Fraction, int, str] | None = None
+        if not node.cohort:
+            waiting = self._waiting.get(node.name)
+            if waiting:
+                position, _, need = waiting[0]
+                pick = (self._shares.node_share(node, node.name, need), position, node.name)
+        else:
+            picks = [p for p in (self._pick(child) for child in node.children) if p is not None]
+            if picks:
+                _, position, quota = min(picks)
+                need = self._waiting[quota][0][2]
+                pick = (self._shares.node_share(node, quota, need), position, quota)
+        self._picks[key] = pick
+        return pick
+
+    def _forget(self, quota: str) -> None:
+        for node in self._shares.ledger.leaf(quota).path():
+            self._picks.pop(id(node), None)
 
     def next(self) -> tuple[str, Prepared]:
         """The gang to decide now; call :meth:`decided` once it is decided."""
-        while True:
-            _, _, quota, version = heapq.heappop(self._heap)
-            if version == self._version[quota]:
-                self._version[quota] += 1  # out of the heap until it is decided
-                return quota, self._waiting[quota].popleft()[1]
+        picks = [p for p in (self._pick(root) for root in self._roots) if p is not None]
+        _, _, quota = min(picks, key=lambda p: p[1])
+        self._forget(quota)
+        return quota, self._waiting[quota].popleft()[1]
 
     def decided(self, changed: Iterable[str]) -> None:
         """The quotas whose usage the decision changed (the decided gang's first)."""
         for quota in dict.fromkeys(changed):
-            if quota in self._waiting:
-                self._version[quota] += 1
-                self._push(quota)
+            if quota in self._shares.ledger:
+                self._forget(quota)
+
+
+@dataclass(frozen=True, slots=True)
+class CohortFigures:
+    """What a Cohort's status shows, read off the ledger at the end of a cycle."""
+
+    subtree_quota: Mapping[str, int]  # its own nominal and what its children lend it
+    used: Mapping[str, int]  # what the TeamQuotas of its subtree use, summed
+    weighted_share: int | None  # None where its tree's root does not enable fair sharing
+
+
+def cohort_figures(fair: FairShares, names: Iterable[str]) -> dict[str, CohortFigures]:
+    """The figures of the cohorts ``names`` (those a Cohort object defines)."""
+    tree = fair.ledger.tree
+    out = {}
+    for name in names:
+        node = tree.cohorts.get(name)
+        if node is None:
+            continue
+        used: dict[str, int] = {}
+        for leaf in tree.leaves(node):
+            for resource, amount in leaf.usage.items():
+                used[resource] = used.get(resource, 0) + amount
+        on = node.root().name in fair.cohorts
+        out[name] = CohortFigures(
+            subtree_quota=dict(node.subtree),
+            used=used,
+            weighted_share=fair.cohort_share(name) if on else None,
+        )
+    return out

@@ -1,13 +1,15 @@
-"""Team quotas, and lending within a cohort.
+"""Team quotas, and lending within a cohort tree.
 
 Each TeamQuota ``q`` names some resources; a resource it does not name is not
 limited by it.  For a named resource, with nominal ``N``, usage ``U``,
 borrowing limit ``B`` and lending limit ``L`` (default: all of ``N``):
 
 * ``N - L`` is guaranteed to ``q`` and can never be lent;
-* the cohort shares a pool of ``sum(L)`` over its members;
+* its cohort holds what its members lend, ``sum(L)``, plus the cohort's own
+  quota, and lends it on to its parent as the cohort's own limits allow
+  (core/quota/tree.py: Kueue's hierarchical cohorts, with Kueue's arithmetic);
 * each member's usage above its guarantee, ``max(0, U - (N - L))``, is drawn
-  from that pool, so the pool can never be overdrawn; and
+  from its cohort, so no cohort at any level can ever be overdrawn; and
 * a member never holds more than ``N + B`` in total.
 
 This is the same accounting Kueue uses for ``lendingLimit``: unused nominal is
@@ -15,13 +17,13 @@ lent, but never more of it than the lender's ``lendingLimit`` allows.  A quota
 without a cohort simply stops at ``N``.  Admissions are reserved in the ledger
 as the cycle goes, so gangs admitted earlier in a cycle count against later ones.
 
-Nominal quota is a guarantee: when a gang that fits within its quota's nominal
-is refused because the cohort has lent that nominal out, what is still idle of
-the quota's lendable nominal, up to what the gang needs, is *held* for it for
-the rest of the cycle, and is not lent again (Kueue's
-``reserveCapacityForUnreclaimablePreempt``).  Without
-it, small borrowers would take every GPU the lender gets back, one at a time,
-and the lender's gang could wait for good.
+Nominal quota is a guarantee: when a gang is refused while its quota has idle
+nominal that the cohort has lent out, or that a borrower could take from under
+it, what is still idle of the quota's lendable nominal, up to what the gang
+needs, is *held* for it for the rest of the cycle, and is not lent again
+(Kueue's ``reserveCapacityForUnreclaimablePreempt``).  Without it, small
+borrowers would take every GPU the lender gets back, one at a time, and the
+lender's gang could wait for good.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from queue_controller.core.model.objects import ResourceQuota, TeamQuota
+from queue_controller.core.model.objects import Cohort, ResourceQuota, TeamQuota
 from queue_controller.core.model.quantity import format_milli
 from queue_controller.core.model.resources import Resources, scarcity_rank
+from queue_controller.core.quota.tree import Node, QuotaTree
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,7 @@ class QuotaShortfall:
             message += f"; {q(idle - self.available)} of its nominal is lent to {borrowers}"
         if self.held_for:
             names = ", ".join(self.held_for)
-            message += f"; idle nominal held this cycle for a gang of {names}, which fits it"
+            message += f"; idle nominal held this cycle for a gang of {names}"
         return message
 
 
@@ -82,50 +85,43 @@ def lendable(limits: ResourceQuota) -> int:
 
 
 class QuotaLedger:
-    """Usage per quota, with cohort pools kept up to date as admissions are reserved."""
+    """Usage per quota, kept up to date through the cohort tree as admissions are reserved."""
 
-    def __init__(self, quotas: Iterable[TeamQuota], usage: Mapping[str, Resources]) -> None:
+    def __init__(
+        self,
+        quotas: Iterable[TeamQuota],
+        usage: Mapping[str, Resources],
+        cohorts: Iterable[Cohort] = (),
+    ) -> None:
         self._quotas = {quota.name: quota for quota in quotas}
-        self._usage: dict[str, dict[str, int]] = {
-            name: dict(usage.get(name, {})) for name in self._quotas
-        }
-        # (cohort, resource) -> [pool size, pool used]
-        self._pools: dict[tuple[str, str], list[int]] = {}
-        # (cohort, resource) -> quota -> its idle lendable nominal, held for it this cycle
-        self._held: dict[tuple[str, str], dict[str, int]] = {}
-        for quota in self._quotas.values():
-            if not quota.cohort:
-                continue
-            for resource, limits in quota.resources.items():
-                pool = self._pools.setdefault((quota.cohort, resource), [0, 0])
-                pool[0] += lendable(limits)
-                pool[1] += self._drawn(limits, self._usage[quota.name].get(resource, 0))
-
-    @staticmethod
-    def _drawn(limits: ResourceQuota, used: int) -> int:
-        return max(0, used - guaranteed(limits))
+        self.tree = QuotaTree(self._quotas.values(), cohorts, usage)
+        # (quota, resource) -> its idle lendable nominal, held for it this cycle: in
+        # use, as far as every other node of the tree can tell.
+        self._held: dict[tuple[str, str], int] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self._quotas
 
+    def leaf(self, name: str) -> Node:
+        return self.tree.quotas[name]
+
     def members(self, cohort: str) -> list[str]:
-        """The quotas of ``cohort``, by name."""
+        """The quotas whose cohort is ``cohort``, by name."""
         return sorted(name for name, quota in self._quotas.items() if quota.cohort == cohort)
+
+    def tree_members(self, name: str) -> list[str]:
+        """Every quota of ``name``'s cohort tree (``name`` too), by name: those that can
+        lend to it or borrow from it."""
+        leaf = self.tree.quotas[name]
+        if leaf.parent is None:
+            return [name]
+        return sorted(node.name for node in self.tree.leaves(leaf.root()))
 
     def quota(self, name: str) -> TeamQuota:
         return self._quotas[name]
 
     def used(self, name: str) -> Mapping[str, int]:
-        return self._usage[name]
-
-    def pool_size(self, cohort: str, resource: str) -> int:
-        """All the cohort lends of ``resource``: its members' lendable nominal, summed."""
-        pool = self._pools.get((cohort, resource))
-        return 0 if pool is None else pool[0]
-
-    def pool_left(self, cohort: str, resource: str) -> int:
-        size, drawn = self._pools[(cohort, resource)]
-        return size - drawn
+        return self.tree.quotas[name].usage
 
     def available(self, name: str, resource: str) -> int | None:
         """How much more of ``resource`` quota ``name`` may take now; None if unlimited."""
@@ -133,27 +129,25 @@ class QuotaLedger:
         limits = quota.resources.get(resource)
         if limits is None:
             return None
-        used = self._usage[name].get(resource, 0)
-        if not quota.cohort:
-            return max(0, limits.nominal - used)
-        own = max(0, guaranteed(limits) - used)
-        pool = self.pool_left(quota.cohort, resource) - self._held_from(
-            name, quota.cohort, resource
-        )
-        room = own + max(0, pool)
-        if limits.borrowing_limit is not None:
-            room = min(room, limits.nominal + limits.borrowing_limit - used)
+        leaf = self.tree.quotas[name]
+        own = self._held.get((name, resource), 0)
+        if own:  # what it holds, it holds for itself
+            self._hold(leaf, resource, -own)
+        try:
+            room = self.tree.available(leaf, resource)
+        finally:
+            if own:
+                self._hold(leaf, resource, own)
         return max(0, room)
 
-    def _held_from(self, name: str, cohort: str, resource: str) -> int:
-        """What other members hold of the pool this cycle: not for ``name`` to take."""
-        held = self._held.get((cohort, resource), {})
-        return sum(amount for holder, amount in held.items() if holder != name)
+    def _hold(self, leaf: Node, resource: str, amount: int) -> None:
+        if leaf.parent is not None:
+            self.tree.add(leaf.parent, resource, amount)
 
     def within_nominal(self, name: str, need: Resources) -> bool:
         """Whether ``need`` fits in what is left of the quota's own nominal."""
         quota = self._quotas[name]
-        usage = self._usage[name]
+        usage = self.used(name)
         return all(
             usage.get(resource, 0) + amount <= quota.resources[resource].nominal
             for resource, amount in need.items()
@@ -164,43 +158,59 @@ class QuotaLedger:
         """Keep idle nominal of ``name``, up to what ``need`` asks, from being lent this cycle.
 
         As Kueue reserves a blocked head's request: only what the gang needs is held
-        (never more than what is idle of the quota's lendable nominal, nor than the
-        pool has left), so the rest of the pool stays lendable.
+        (never more than what is idle of the quota's lendable nominal, nor than its
+        cohort could still give), so the rest stays lendable.
         """
-        quota = self._quotas[name]
-        if not quota.cohort:
+        leaf = self.tree.quotas[name]
+        if leaf.parent is None:
             return
         for resource, amount in need.items():
-            limits = quota.resources.get(resource)
+            limits = self._quotas[name].resources.get(resource)
             if limits is None or amount <= 0:
                 continue
-            used = self._usage[name].get(resource, 0)
-            idle = lendable(limits) - self._drawn(limits, used)
-            free = min(amount, idle, self.pool_left(quota.cohort, resource))
-            held = self._held.setdefault((quota.cohort, resource), {})
-            if free > held.get(name, 0):
-                held[name] = free
+            used = leaf.usage.get(resource, 0)
+            idle = lendable(limits) - max(0, used - guaranteed(limits))
+            before = self._held.get((name, resource), 0)
+            left = self.tree.available(leaf.parent, resource) + before
+            free = min(amount, idle, left)
+            if free > before:
+                self._hold(leaf, resource, free - before)
+                self._held[(name, resource)] = free
 
     def holders(self, name: str, resource: str) -> tuple[str, ...]:
-        """Other members holding idle nominal of ``resource`` this cycle."""
-        cohort = self._quotas[name].cohort
-        held = self._held.get((cohort, resource), {})
-        return tuple(sorted(holder for holder, amount in held.items() if holder != name and amount))
+        """Other quotas of the tree holding idle nominal of ``resource`` this cycle."""
+        tree = set(self.tree_members(name))
+        return tuple(
+            sorted(
+                holder
+                for (holder, r), amount in self._held.items()
+                if r == resource and amount and holder != name and holder in tree
+            )
+        )
 
     def borrowers(self, name: str, resource: str) -> tuple[tuple[str, int], ...]:
-        """Cohort members using more of ``resource`` than their nominal, with how much."""
-        cohort = self._quotas[name].cohort
-        if not cohort:
-            return ()
+        """Quotas of the tree using more of ``resource`` than their nominal, with how much."""
         out = []
-        for other in sorted(self._quotas.values(), key=lambda q: q.name):
-            limits = other.resources.get(resource)
-            if other.name == name or other.cohort != cohort or limits is None:
+        for other in self.tree_members(name):
+            limits = self._quotas[other].resources.get(resource)
+            if other == name or limits is None:
                 continue
-            over = self._usage[other.name].get(resource, 0) - limits.nominal
+            over = self.used(other).get(resource, 0) - limits.nominal
             if over > 0:
-                out.append((other.name, over))
+                out.append((other, over))
         return tuple(out)
+
+    def drawn_from(self, name: str, need: Resources) -> dict[str, list[tuple[str, int]]]:
+        """For the admission message: per resource, each cohort that admitting
+        ``need`` borrows from, nearest first, with how much."""
+        leaf = self.tree.quotas[name]
+        out = {}
+        for resource in sorted(need, key=scarcity_rank):
+            if need[resource] > 0 and resource in leaf.limits:
+                drawn = self.tree.borrowed_above(leaf, resource, need[resource])
+                if drawn:
+                    out[resource] = [(node.name, amount) for node, amount in drawn]
+        return out
 
     def shortfall(self, name: str, need: Resources) -> QuotaShortfall | None:
         """The first resource (scarcest first) that ``need`` would overrun, if any."""
@@ -210,7 +220,7 @@ class QuotaLedger:
                 continue
             room = self.available(name, resource)
             if room is not None and amount > room:
-                used = self._usage[name].get(resource, 0)
+                used = self.used(name).get(resource, 0)
                 return QuotaShortfall(
                     self._quotas[name],
                     resource,
@@ -223,16 +233,18 @@ class QuotaLedger:
         return None
 
     def reserve(self, name: str, need: Resources) -> None:
-        quota = self._quotas[name]
-        usage = self._usage[name]
+        leaf = self.tree.quotas[name]
         for resource, amount in need.items():
-            before = usage.get(resource, 0)
-            usage[resource] = before + amount
-            limits = quota.resources.get(resource)
-            if quota.cohort and limits is not None:
-                pool = self._pools[(quota.cohort, resource)]
-                drawn = self._drawn(limits, before + amount) - self._drawn(limits, before)
-                pool[1] += drawn
-                held = self._held.get((quota.cohort, resource), {})
-                if name in held:  # what it holds for itself it now uses
-                    held[name] = max(0, held[name] - drawn)
+            if not amount:
+                continue
+            held = self._held.get((name, resource), 0)
+            if held:
+                self._hold(leaf, resource, -held)
+            keep = leaf.guaranteed(resource)
+            before = max(0, leaf.usage.get(resource, 0) - keep)
+            self.tree.add(leaf, resource, amount)
+            if held:  # what it holds for itself it now uses
+                drawn = max(0, leaf.usage.get(resource, 0) - keep) - before
+                held = max(0, held - drawn)
+                self._held[(name, resource)] = held
+                self._hold(leaf, resource, held)

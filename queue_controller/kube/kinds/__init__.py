@@ -92,9 +92,9 @@ CORE_RBAC: tuple[RbacRule, ...] = (
     ),
     RbacRule(
         group="queue-controller.io",
-        resources=("podgroups/status", "queues/status", "teamquotas/status"),
+        resources=("cohorts/status", "podgroups/status", "queues/status", "teamquotas/status"),
         verbs=("patch",),
-        why="phase, reason and placement; queue counts; quota usage",
+        why="phase, reason and placement; queue counts; quota usage; a cohort's subtree",
     ),
     RbacRule(group="", resources=("events",), verbs=("create",), why="an Event per decision"),
     RbacRule(

@@ -61,7 +61,7 @@ from queue_controller.core import (
     schedule,
 )
 from queue_controller.core.model import BorrowPolicy, ReclaimPolicy, WithinPolicy, scale
-from queue_controller.core.quota import QuotaLedger
+from queue_controller.core.quota import QuotaLedger, roots_of
 from queue_controller.sim.scenario.rules import NeverRefuses, fair_sharing_teams, preemption_teams
 from queue_controller.sim.scenario.spec import Scenario
 from queue_controller.sim.world.cluster import NodeBook, PodScheduler
@@ -98,7 +98,8 @@ class Admission:
         self.quota_usage: dict[str, dict[str, int]] = defaultdict(dict)
         self.unsettled: dict[str, JobState] = {}
         self.settled: dict[tuple[str, str, tuple[object, ...]], tuple[int, PodTemplate]] = {}
-        self.cohort_of = {q.name: q.cohort or f"TeamQuota/{q.name}" for q in scenario.quotas}
+        roots = roots_of(scenario.quotas, scenario.cohorts)  # a tree shares as one cohort
+        self.cohort_of = {q.name: roots.get(q.name, f"TeamQuota/{q.name}") for q in scenario.quotas}
         self.strict_queues = {
             (q.namespace, q.name) for q in queues if q.ordering is Ordering.STRICT_FIFO
         }
@@ -115,7 +116,9 @@ class Admission:
     def ledger(self) -> QuotaLedger:
         """The core's quota ledger over what is admitted now (kept until the next cycle)."""
         if self._ledger is None:
-            self._ledger = QuotaLedger(self.scenario.quotas, self.quota_usage)
+            self._ledger = QuotaLedger(
+                self.scenario.quotas, self.quota_usage, self.scenario.cohorts
+            )
         return self._ledger
 
     def admitted(self, job: JobState) -> None:

@@ -92,7 +92,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             job.alone = self.admits and job.team in self.admission.victim_teams
         self._preemption_init()
         self.reclaim = ReclaimClock(scenario.quotas)
-        self.shares = ShareMeter(scenario.quotas)
+        self.shares = ShareMeter(scenario.quotas, scenario.cohorts)
         self.domains = DomainMeter(scenario, self.queues, waits_measured=self.kind == "gang-fit")
         self.admission.on_usage = self._usage_changed
         self.cycles = 0
@@ -228,7 +228,9 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         held = [job for job in self.pending.values() if job.nominated]
         if not held:
             return ledger
-        ledger = QuotaLedger(self.scenario.quotas, self.admission.quota_usage)
+        ledger = QuotaLedger(
+            self.scenario.quotas, self.admission.quota_usage, self.scenario.cohorts
+        )
         for job in held:
             ledger.reserve(job.team, scale(job.request, job.pods))
         return ledger

@@ -23,7 +23,8 @@ not read as a slow reclaim.
 
 **Share** is Kueue's fair-sharing share of a cohort: for each resource, what a
 team uses beyond its nominal over what the whole cohort can lend of it (the
-sum of its members' lendable nominal), the largest of these over the team's
+sum of its members' lendable nominal; in a cohort tree, what the team's cohort
+could give it were nothing in use), the largest of these over the team's
 resources (its dominant share), divided by the team's weight.  0 while a team
 stays within its nominal.  The weight is the TeamQuota's
 ``spec.fairSharing.weight`` (1 unless set).  A team of weight 0 that borrows
@@ -38,9 +39,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from queue_controller.core import TeamQuota
+from queue_controller.core import Cohort, TeamQuota
 from queue_controller.core.model import scale
-from queue_controller.core.quota import QuotaLedger, lendable
+from queue_controller.core.quota import QuotaLedger, QuotaTree
 from queue_controller.sim.measurement.measure import HOUR, percentiles
 from queue_controller.sim.measurement.results import Percentiles, ReclaimWaits, ShareSeries
 from queue_controller.sim.world.runstate import JobState, Phase
@@ -144,12 +145,17 @@ def _waiting_for(job: JobState, ledger: QuotaLedger) -> str:
 class ShareMeter:
     """Each cohort member's share (see the module) as a step function of time."""
 
-    def __init__(self, quotas: Sequence[TeamQuota]) -> None:
+    def __init__(self, quotas: Sequence[TeamQuota], cohorts: Sequence[Cohort] = ()) -> None:
         self.quotas = {q.name: q for q in quotas if q.cohort}
-        self.pool: dict[tuple[str, str], int] = defaultdict(int)
+        # What each team's cohort could give it were nothing in use: in a flat cohort,
+        # its members' lendable nominal; in a tree, Kueue's potentialAvailable.
+        tree = QuotaTree(quotas, cohorts, {})
+        self.pool: dict[tuple[str, str], int] = {}
         for quota in self.quotas.values():
-            for resource, limits in quota.resources.items():
-                self.pool[(quota.cohort, resource)] += lendable(limits)
+            parent = tree.quotas[quota.name].parent
+            assert parent is not None
+            for resource in quota.resources:
+                self.pool[(quota.name, resource)] = tree.potential(parent, resource)
         self.weight = {team: q.fair_weight / 1000 for team, q in self.quotas.items()}
         self.times: dict[str, list[float]] = {team: [0.0] for team in self.quotas}
         self.values: dict[str, list[float]] = {team: [0.0] for team in self.quotas}
@@ -159,7 +165,7 @@ class ShareMeter:
         quota = self.quotas[team]
         dominant = 0.0
         for resource, limits in quota.resources.items():
-            pool = self.pool[(quota.cohort, resource)]
+            pool = self.pool[(team, resource)]
             over = used.get(resource, 0) - limits.nominal
             if pool > 0 and over > 0:
                 dominant = max(dominant, over / pool)

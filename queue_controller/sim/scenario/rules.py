@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from queue_controller.core.model import BorrowPolicy, ReclaimPolicy
 from queue_controller.core.placement import Placement
+from queue_controller.core.quota import roots_of
 from queue_controller.sim.scenario.spec import Scenario
 
 
@@ -40,6 +41,7 @@ def preemption_teams(scenario: Scenario) -> tuple[frozenset[str], frozenset[str]
     """
     preempting = {q.name for q in scenario.quotas if q.preemption.enabled}
     victims = set(preempting)
+    roots = roots_of(scenario.quotas, scenario.cohorts)
     for quota in scenario.quotas:
         policy = quota.preemption
         if (
@@ -50,11 +52,12 @@ def preemption_teams(scenario: Scenario) -> tuple[frozenset[str], frozenset[str]
                 or policy.borrow_within_cohort is not BorrowPolicy.NEVER
             )
         ):
-            victims.update(q.name for q in scenario.quotas if q.cohort == quota.cohort)
+            victims.update(name for name, root in roots.items() if root == roots[quota.name])
     return frozenset(preempting), frozenset(victims)
 
 
 def fair_sharing_teams(scenario: Scenario) -> frozenset[str]:
-    """The TeamQuotas of cohorts whose Cohort object enables fair sharing."""
+    """The TeamQuotas of cohort trees whose root Cohort object enables fair sharing."""
     fair = {c.name for c in scenario.cohorts if c.fair_sharing}
-    return frozenset(q.name for q in scenario.quotas if q.cohort and q.cohort in fair)
+    roots = roots_of(scenario.quotas, scenario.cohorts)
+    return frozenset(name for name, root in roots.items() if root in fair)
