@@ -1,5 +1,7 @@
 """Quota: the ledger of what each team quota guarantees, lends and borrows (``ledger``),
-and fair share within a cohort (``fairshare``, over the prepared gangs).
+and fair share within a cohort (``fairshare``, over the prepared gangs).  Beside
+``fairshare``, ``admissionfair``: a TeamQuota's Queues ordered by their decayed usage
+(Kueue's Admission Fair Sharing), which needs no ledger.
 
 Independent of :mod:`..placement`: only preemption and the cycle use both.
 """
