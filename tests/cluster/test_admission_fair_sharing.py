@@ -92,10 +92,10 @@ def test_two_queues_take_turns_by_decayed_usage_across_a_restart(
     )
 
     # A restart: the usage comes back from the Queues' status, not from nothing.
-    before = consumed(objects, "heavy")
     controller.stop()
     try:
-        assert consumed(objects, "heavy") == before
+        before = consumed(objects, "heavy")  # as the stopped controller last wrote it
+        assert before > 0
         create(cluster, namespace, job("l1", queue="light", gpus=1, pods=1, nodes=NODES))
     finally:
         controller.start()
