@@ -148,8 +148,34 @@ class PreemptionSpec(_Strict):
 
 
 class FairSharingWeight(_Strict):
-    # Kueue's ClusterQueue spec.fairSharing.weight: what the quota borrows is divided by it.
+    # Kueue's ClusterQueue (and LocalQueue) spec.fairSharing.weight: what the quota
+    # borrows (the Queue has used) is divided by it.
     weight: Quantity = 1
+
+
+# Seconds that must be more than zero: a half-life or an interval of 0 means nothing.
+PositiveSeconds = Annotated[int, Field(gt=0, le=10 * 365 * 86400, strict=True)]
+
+
+class AdmissionFairSharing(_Strict):
+    """Kueue's configuration ``admissionFairSharing``, for this TeamQuota's Queues.
+
+    Present: its Queues take turns by decayed usage (Kueue's ClusterQueue
+    ``admissionScope.admissionMode: UsageBasedAdmissionFairSharing``).  Kueue's
+    durations (usageHalfLifeTime, usageSamplingInterval) are whole seconds here.
+    """
+
+    usageHalfLifeSeconds: PositiveSeconds
+    # Kueue's default usageSamplingInterval, 5m.
+    usageSamplingIntervalSeconds: PositiveSeconds = 300
+    # Resource -> weight in the one number Queues are compared by; 1 if not named.
+    resourceWeights: dict[str, Quantity] = Field(default_factory=dict, max_length=15)
+
+    @model_validator(mode="after")
+    def _named_resources(self) -> AdmissionFairSharing:
+        if any(not name for name in self.resourceWeights):
+            raise ValueError("resourceWeights: a resource name cannot be empty")
+        return self
 
 
 class TeamQuotaSpec(_Strict):
@@ -158,6 +184,7 @@ class TeamQuotaSpec(_Strict):
     resources: dict[str, ResourceLimits] = Field(default_factory=dict, max_length=15)
     preemption: PreemptionSpec = PreemptionSpec()
     fairSharing: FairSharingWeight = FairSharingWeight()
+    admissionFairSharing: AdmissionFairSharing | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> TeamQuotaSpec:
@@ -316,6 +343,19 @@ class QueueSpec(_Strict):
     gpuHealth: GpuHealthSpec = GpuHealthSpec()
     # The Topology whose levels this queue's gangs may ask to be kept within ("": none).
     topologyName: SubdomainName = ""
+    # Kueue's LocalQueue spec.fairSharing.weight: under its TeamQuota's admission fair
+    # sharing, the Queue's usage is divided by it.
+    fairSharing: FairSharingWeight = FairSharingWeight()
+
+
+class AdmissionFairSharingStatus(BaseModel):
+    """Kueue's LocalQueue status.fairSharing.admissionFairSharingStatus: the Queue's
+    decayed usage as of lastUpdate, written by the controller each sampling interval."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    consumedResources: dict[str, Quantity] = Field(default_factory=dict)
+    lastUpdate: datetime
 
 
 class Queue(_Strict):

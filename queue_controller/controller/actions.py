@@ -186,6 +186,10 @@ class QueueStatus:
     queue: Ref
     current: Mapping[str, object]
     counts: Mapping[str, int]
+    # status.fairSharing.admissionFairSharingStatus to write (a new sample); None:
+    # unchanged, unless ``drop_fair_sharing`` (its TeamQuota no longer has it).
+    fair_sharing: Mapping[str, object] | None = None
+    drop_fair_sharing: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

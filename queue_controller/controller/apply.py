@@ -419,7 +419,12 @@ class Applier(Writer):
 
     @apply.register
     async def _queue_status(self, action: act.QueueStatus) -> None:
-        await self._patch(action.queue, {"status": dict(action.counts)}, status=True)
+        status: dict[str, object] = dict(action.counts)
+        if action.fair_sharing is not None:
+            status["fairSharing"] = {"admissionFairSharingStatus": action.fair_sharing}
+        elif action.drop_fair_sharing:
+            status["fairSharing"] = None
+        await self._patch(action.queue, {"status": status}, status=True)
 
     @apply.register
     async def _team_quota_status(self, action: act.TeamQuotaStatus) -> None:

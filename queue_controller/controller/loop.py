@@ -307,6 +307,9 @@ class SchedulingLoop:
         self.metrics.set_nominated(plan.nominated)
         self.metrics.set_weighted_shares(plan.result.weighted_shares)
         self.metrics.set_cohorts(plan.result.cohorts)
+        self.metrics.set_admission_fair_sharing(
+            {f"{ns}/{name}": u.usage for (ns, name), u in plan.result.queue_usage.items()}
+        )
         self.metrics.set_left_out(Counter(u.model.kind for u in plan.left_out))
 
 

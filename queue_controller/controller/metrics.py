@@ -117,6 +117,14 @@ class Metrics:
             ["cohort"],
             registry=r,
         )
+        self.admission_fair_sharing_usage = Gauge(
+            p + "queue_admission_fair_sharing_usage",
+            "Admission fair sharing's usage of a Queue whose TeamQuota sets "
+            "spec.admissionFairSharing (Kueue's local_queue_admission_fair_sharing_usage): "
+            "decayed usage with entry penalties, weighed by resourceWeights, by its weight.",
+            ["queue"],
+            registry=r,
+        )
         self.cycle_seconds = Histogram(
             p + "scheduling_cycle_seconds",
             "One admission cycle, snapshot to decisions.",
@@ -214,6 +222,12 @@ class Metrics:
                 self.cohort_subtree_used.labels(name, resource).set(milli / 1000)
             if cohort.weighted_share is not None:
                 self.cohort_weighted_share.labels(name).set(cohort.weighted_share)
+
+    def set_admission_fair_sharing(self, usage: Mapping[str, float]) -> None:
+        """Replace the usage gauge: a Queue whose TeamQuota stops it drops out."""
+        self.admission_fair_sharing_usage.clear()
+        for queue, value in usage.items():
+            self.admission_fair_sharing_usage.labels(queue).set(value)
 
     def set_nominated(self, held: Mapping[tuple[str, str], float]) -> None:
         """Replace the nominated-room gauge: a queue whose room became a placement drops out."""

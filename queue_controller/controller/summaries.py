@@ -1,6 +1,7 @@
 """What Queues, TeamQuotas and Cohorts show: their gangs counted, the quota used and
-borrowed (a Cohort: its subtree's quota and use), and the weighted share where fair
-sharing is on.
+borrowed (a Cohort: its subtree's quota and use), the weighted share where fair sharing
+is on, and a Queue's decayed usage where its TeamQuota has admission fair sharing
+(sampled by the core, written here).
 
 Derived each cycle from the gang views and the core's quota usage, and written
 only where it changed.  Also the room held by preemptions, for its gauge.
@@ -8,6 +9,7 @@ only where it changed.  Also the room held by preemptions, for its gauge.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 
@@ -22,8 +24,10 @@ from queue_controller.core.model import (
     format_milli,
     is_extended,
 )
+from queue_controller.core.quota.admissionfair import QueueUsage
 from queue_controller.core.rules import pod_request
 from queue_controller.errors import InvalidSpecError
+from queue_controller.kube.fields import iso
 from queue_controller.kube.gangs import HOLDING_PHASES
 from queue_controller.kube.snapshot import Translation
 
@@ -48,8 +52,20 @@ def summaries(seen: Translation, result: CycleResult) -> list[act.Action]:
         team = queue.model.team_quota
         team_counts[team]["pendingGangs"] += wanted["pendingGangs"]
         team_counts[team]["admittedGangs"] += wanted["admittedGangs"] + wanted["runningGangs"]
-        if any(queue.status.get(k) != v for k, v in wanted.items()):
-            out.append(act.QueueStatus(queue=queue.ref, current=queue.status, counts=wanted))
+        usage = result.queue_usage.get((queue.model.namespace, queue.model.name))
+        sample = fair_sharing_status(queue.status, usage) if usage is not None else None
+        # A Queue whose TeamQuota dropped admission fair sharing loses its figure.
+        drop = usage is None and queue.status.get("fairSharing") is not None
+        if sample is not None or drop or any(queue.status.get(k) != v for k, v in wanted.items()):
+            out.append(
+                act.QueueStatus(
+                    queue=queue.ref,
+                    current=queue.status,
+                    counts=wanted,
+                    fair_sharing=sample,
+                    drop_fair_sharing=drop,
+                )
+            )
     for quota in seen.quotas:
         name = quota.model.name
         used_milli = result.quota_usage.get(name, {})
@@ -105,6 +121,33 @@ def _cohort_statuses(seen: Translation, result: CycleResult) -> list[act.Action]
                 )
             )
     return out
+
+
+def fair_sharing_status(
+    current: Mapping[str, object], usage: QueueUsage
+) -> dict[str, object] | None:
+    """status.fairSharing.admissionFairSharingStatus after a new sample, as a merge patch
+    (a resource no longer consumed gets an explicit null); None when nothing was sampled."""
+    if not usage.sampled:
+        return None
+    consumed: dict[str, str | None] = {
+        resource: format_milli(max(0, round(amount)), resource)
+        for resource, amount in sorted(usage.consumed.items())
+    }
+    fair = current.get("fairSharing")
+    held = fair.get("admissionFairSharingStatus") if isinstance(fair, Mapping) else None
+    old = held.get("consumedResources") if isinstance(held, Mapping) else None
+    gone = dict.fromkeys(old) if isinstance(old, Mapping) else {}
+    return {
+        "consumedResources": gone | consumed,
+        "lastUpdate": iso(usage.consumed_at),
+        "usage": usage_figure(usage.usage),
+    }
+
+
+def usage_figure(usage: float) -> str:
+    """The one number, as the printer column shows it: a few significant digits."""
+    return "Inf" if math.isinf(usage) else f"{usage:.4g}"
 
 
 def quota_figures(

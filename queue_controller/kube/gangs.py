@@ -235,6 +235,7 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
     spec_error = facts.spec_error
     pod_sets = facts.pod_sets
     requeue_at: float | None = None
+    admitted_at: float | None = None
     requeue_count = 0
     deactivated = False
     placement: dict[str, int] = {}
@@ -264,6 +265,7 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         requeue_count = status.requeueCount
         # epoch_seconds: a time written without a zone is UTC, not this machine's zone.
         requeue_at = epoch_seconds(status.requeueAt) if status.requeueAt else None
+        admitted_at = epoch_seconds(status.admittedAt) if status.admittedAt else None
         deactivated = status.phase is v1alpha1.PodGroupPhase.FAILED
         placement = dict(status.placement)
         by_set = {name: dict(nodes) for name, nodes in status.podSetPlacement.items()}
@@ -297,4 +299,5 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         absent_members=facts.absent_members,
         uncreated_members=facts.uncreated_members,
         nominated=nominated if phase is WorkloadPhase.PENDING else {},
+        admitted_at=admitted_at if phase is WorkloadPhase.ADMITTED else None,
     )

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from queue_controller.api import v1alpha1
 from queue_controller.core.model import (
+    AdmissionFairSharing,
     Cohort,
     Container,
     Node,
@@ -34,7 +35,7 @@ from queue_controller.core.model import (
 )
 from queue_controller.errors import InputError, QuantityError, shown
 from queue_controller.kube import nodehealth
-from queue_controller.kube.fields import Obj, get, objects, strings
+from queue_controller.kube.fields import Obj, epoch_seconds, get, objects, strings
 
 _AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -228,7 +229,43 @@ def team_quota(obj: Obj) -> TeamQuota:
             borrow_max_priority=preemption.borrowWithinCohort.maxPriorityThreshold,
         ),
         fair_weight=parse_milli(model.spec.fairSharing.weight),
+        admission_fair_sharing=_admission_fair_sharing(model.spec.admissionFairSharing),
     )
+
+
+def _admission_fair_sharing(
+    spec: v1alpha1.AdmissionFairSharing | None,
+) -> AdmissionFairSharing | None:
+    if spec is None:
+        return None
+    return AdmissionFairSharing(
+        usage_half_life_seconds=float(spec.usageHalfLifeSeconds),
+        usage_sampling_interval_seconds=float(spec.usageSamplingIntervalSeconds),
+        resource_weights={
+            name: parse_milli(weight) for name, weight in spec.resourceWeights.items()
+        },
+    )
+
+
+def consumed_usage(status: Mapping[str, Any]) -> tuple[dict[str, float], float | None]:
+    """A Queue's status.fairSharing.admissionFairSharingStatus: (resource -> milli-units,
+    lastUpdate in seconds since the epoch), or ({}, None) when there is none.
+
+    The controller writes it; one it cannot read (a dump edited by hand) counts as
+    never sampled rather than leaving the Queue out: the next sample writes it anew.
+    """
+    fair = status.get("fairSharing")
+    held = fair.get("admissionFairSharingStatus") if isinstance(fair, Mapping) else None
+    if not isinstance(held, Mapping):
+        return {}, None
+    try:
+        model = v1alpha1.AdmissionFairSharingStatus.model_validate(held)
+    except ValidationError:
+        return {}, None
+    consumed = {
+        name: float(parse_milli(amount)) for name, amount in model.consumedResources.items()
+    }
+    return consumed, epoch_seconds(model.lastUpdate)
 
 
 def cohort(obj: Obj) -> Cohort:
@@ -255,6 +292,7 @@ def topology(obj: Obj) -> Topology:
 def queue(obj: Obj) -> Queue:
     model = _validated(v1alpha1.Queue, obj)
     spec = model.spec
+    consumed, consumed_at = consumed_usage(model.status)
     return Queue(
         namespace=model.metadata.namespace or "default",
         name=model.metadata.name,
@@ -269,6 +307,9 @@ def queue(obj: Obj) -> Queue:
         evict_on_gpu_unhealthy=spec.gpuHealth.onUnhealthy is v1alpha1.GpuUnhealthyPolicy.EVICT,
         evict_idle=spec.gpuHealth.evictIdle,
         topology_name=spec.topologyName,
+        fair_weight=parse_milli(spec.fairSharing.weight),
+        consumed=consumed,
+        consumed_at=consumed_at,
     )
 
 

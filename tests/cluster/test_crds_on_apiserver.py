@@ -127,6 +127,8 @@ def test_printer_columns_tell_the_story(cluster: Cluster, crds: None, namespace:
             "PENDING",
             "ADMITTED",
             "RUNNING",
+            "AFS",  # AFS Usage: admission fair sharing's decayed usage, when it is on
+            "USAGE",
             "AGE",
         ]
         assert row.split()[:3] == ["training", "research", "StrictFIFO"]

@@ -316,6 +316,7 @@ EXPECTED = {
             "Pending": ".status.pendingGangs",
             "Admitted": ".status.admittedGangs",
             "Running": ".status.runningGangs",
+            "AFS Usage": ".status.fairSharing.admissionFairSharingStatus.usage",
             "Age": ".metadata.creationTimestamp",
         },
     ),

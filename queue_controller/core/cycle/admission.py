@@ -37,6 +37,7 @@ from queue_controller.core.placement.fit import EquivalenceIndex
 from queue_controller.core.placement.shapes import GangShape, Placement, Placer, SetShape
 from queue_controller.core.placement.topology.slices import with_topology
 from queue_controller.core.preemption.preemptor import Preemptor
+from queue_controller.core.quota.admissionfair import FairQueues, QueueKey, QueueUsage
 from queue_controller.core.quota.fairshare import (
     CohortFigures,
     FairShares,
@@ -65,6 +66,9 @@ class CycleResult:
     awaiting_creation: int = 0
     # Cohort (of a Cohort object) -> its subtree's quota, use and weighted share.
     cohorts: Mapping[str, CohortFigures] = field(default_factory=dict)
+    # Queue of a TeamQuota with admission fair sharing -> its decayed usage after
+    # this cycle, sampled anew where its interval is up (core/quota/admissionfair.py).
+    queue_usage: Mapping[QueueKey, QueueUsage] = field(default_factory=dict)
 
 
 class _Cycle:
@@ -112,6 +116,10 @@ class _Cycle:
         # Nodes with some GPUs out, named when a gang does not fit (rarely any).
         self.sick_nodes = [n for n in snapshot.nodes if n.gpu_health is not None]
         self.fair = FairShares(self.ledger, snapshot.cohorts)
+        # Admission fair sharing: a TeamQuota's Queues take its turns by decayed usage.
+        self.fair_queues = FairQueues(
+            quotas=snapshot.quotas, queues=self.queues, admitted=admitted, now=snapshot.now
+        )
         # Preemption: what each admitted gang would give back, and the search over them.
         self.preemptor = Preemptor(
             ledger=self.ledger,
@@ -176,7 +184,7 @@ class _Cycle:
         decisions: list[Decision] = []
         borrowers: list[Prepared] = []
         put_off: set[tuple[str, str]] = set()
-        for prepared in self.pending:
+        for prepared in self.fair_queues.turns(self.pending):
             queue_key = (prepared.workload.namespace, prepared.workload.queue)
             if queue_key in put_off or self._borrows(prepared):
                 borrowers.append(prepared)
@@ -184,8 +192,12 @@ class _Cycle:
                 if queue is not None and queue.ordering is Ordering.STRICT_FIFO:
                     put_off.add(queue_key)
                 continue
-            decisions.append(self._decide(prepared))
-        decisions.extend(self._borrowing_turns(borrowers))
+            decision = self._decide(prepared)
+            self.fair_queues.decided(prepared, decision)
+            decisions.append(decision)
+        for prepared, decision in self._borrowing_turns(borrowers):
+            self.fair_queues.decided(prepared, decision)
+            decisions.append(decision)
         for quota_name, need in self.assumed:
             self.ledger.reserve(quota_name, {r: -amount for r, amount in need.items()})
         usage = {quota.name: dict(self.ledger.used(quota.name)) for quota in self.snapshot.quotas}
@@ -195,9 +207,16 @@ class _Cycle:
             if self.fair.applies(quota.name)
         }
         cohorts = cohort_figures(self.fair, (c.name for c in self.snapshot.cohorts))
-        return CycleResult(tuple(decisions), usage, shares, awaiting_creation, cohorts)
+        return CycleResult(
+            tuple(decisions),
+            usage,
+            shares,
+            awaiting_creation,
+            cohorts=cohorts,
+            queue_usage=self.fair_queues.result(),
+        )
 
-    def _borrowing_turns(self, borrowers: list[Prepared]) -> Iterator[Decision]:
+    def _borrowing_turns(self, borrowers: list[Prepared]) -> Iterator[tuple[Prepared, Decision]]:
         """The second pass: in order, except within a fair-sharing cohort.
 
         A cohort's gangs keep the turns their priority and age give them among
@@ -218,13 +237,13 @@ class _Cycle:
         for p in borrowers:
             fair_cohort = cohort_of.get(p.workload.key)
             if fair_cohort is None:
-                yield self._decide(p)
+                yield p, self._decide(p)
                 continue
             quota, chosen = turns[fair_cohort].next()
             decision = self._decide(chosen)
             victims = (self.preemptor.holder_quota[key] for key, _ in decision.victims)
             turns[fair_cohort].decided((quota, *victims))
-            yield decision
+            yield chosen, decision
 
     def _borrows(self, prepared: Prepared) -> bool:
         """Whether admitting the gang now would borrow from its cohort.

@@ -27,6 +27,7 @@ from queue_controller.core.model.dra import (
     ResourceSlice,
 )
 from queue_controller.core.model.objects import (
+    AdmissionFairSharing,
     BorrowPolicy,
     BoundPod,
     Cohort,
@@ -82,6 +83,7 @@ __all__ = [
     "MEMORY",
     "MIG_PREFIX",
     "ONE",
+    "AdmissionFairSharing",
     "AllocatedDevice",
     "BorrowPolicy",
     "BoundPod",

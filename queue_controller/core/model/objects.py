@@ -244,6 +244,21 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionFairSharing:
+    """A TeamQuota's ``spec.admissionFairSharing``: its Queues take turns by decayed usage.
+
+    Kueue's configuration ``admissionFairSharing`` (usageHalfLifeTime,
+    usageSamplingInterval, resourceWeights), here per TeamQuota; see
+    core/quota/admissionfair.py.
+    """
+
+    usage_half_life_seconds: float
+    usage_sampling_interval_seconds: float = 300.0
+    # Resource -> weight in thousandths; a resource not named weighs 1 (1000).
+    resource_weights: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TeamQuota:
     name: str
     resources: Mapping[str, ResourceQuota]
@@ -252,6 +267,8 @@ class TeamQuota:
     # spec.fairSharing.weight, in thousandths (1000 = weight 1): a quota's share of
     # what it borrows is divided by it.  Zero: it borrows only what nobody else wants.
     fair_weight: int = 1000
+    # None: its Queues are not ordered by usage (Kueue's admissionMode NoAdmissionFairSharing).
+    admission_fair_sharing: AdmissionFairSharing | None = None
 
 
 class FairStrategy(StrEnum):
@@ -316,6 +333,14 @@ class Queue:
     evict_on_gpu_unhealthy: bool = True  # False: mark the gang and let it run
     evict_idle: bool = False
     topology_name: str = ""  # spec.topologyName: the Topology its gangs may ask for
+    # spec.fairSharing.weight in thousandths (Kueue's LocalQueue weight): under its
+    # TeamQuota's admission fair sharing, its decayed usage is divided by it.
+    fair_weight: int = 1000
+    # status.fairSharing.admissionFairSharingStatus: the decayed usage (resource ->
+    # milli-units) as of ``consumed_at`` (seconds since the epoch); None: never sampled.
+    # Not compared: a Queue keys memos by its spec, and a mapping cannot be hashed.
+    consumed: Mapping[str, float] = field(default_factory=dict, compare=False)
+    consumed_at: float | None = None
 
 
 class TopologyMode(StrEnum):
@@ -423,6 +448,9 @@ class Workload:
     # Pod set -> node -> members: the room a pending gang holds while the gangs it
     # preempted give their capacity back (PodGroup status.nominatedPlacement).
     nominated: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # When it was admitted (PodGroup status.admittedAt), seconds since the epoch:
+    # admission fair sharing charges its Queue an entry penalty until the next sample.
+    admitted_at: float | None = None
 
     @property
     def key(self) -> str:

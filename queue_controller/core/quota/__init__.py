@@ -1,6 +1,8 @@
 """Quota: the cohort tree (``tree``), the ledger of what each team quota guarantees,
 lends and borrows through it (``ledger``), and fair share at every level of the tree
-(``fairshare``, over the prepared gangs).
+(``fairshare``, over the prepared gangs).  Beside ``fairshare``, ``admissionfair``: a
+TeamQuota's Queues ordered by their decayed usage (Kueue's Admission Fair Sharing),
+which needs no ledger.
 
 Independent of :mod:`..placement`: only preemption and the cycle use both.
 """
