@@ -35,6 +35,9 @@ def submit(cluster: Cluster, namespace: str, original: dict[str, Any]) -> ApiExc
     plural = PLURALS[kind]
     group, version = obj["apiVersion"].split("/")
     name = f"{obj['metadata']['name']}-{secrets.token_hex(3)}"
+    spec = obj.get("spec") or {}
+    if kind == "Cohort" and spec.get("parentName") == obj["metadata"]["name"]:
+        spec["parentName"] = name  # a cohort naming itself still does, renamed
     obj["metadata"] = {**obj["metadata"], "name": name}
     scoped = kind not in ("TeamQuota", "Cohort", "Topology")
     if scoped:

@@ -234,7 +234,7 @@ class CohortFigures:
     """What a Cohort's status shows, read off the ledger at the end of a cycle."""
 
     subtree_quota: Mapping[str, int]  # its own nominal and what its children lend it
-    used: Mapping[str, int]  # what the TeamQuotas of its subtree use, summed
+    used: Mapping[str, int]  # what the TeamQuotas of its subtree use of what they name
     weighted_share: int | None  # None where its tree's root does not enable fair sharing
 
 
@@ -248,8 +248,8 @@ def cohort_figures(fair: FairShares, names: Iterable[str]) -> dict[str, CohortFi
             continue
         used: dict[str, int] = {}
         for leaf in tree.leaves(node):
-            for resource, amount in leaf.usage.items():
-                used[resource] = used.get(resource, 0) + amount
+            for resource in leaf.limits:  # what the quotas name, as a TeamQuota's status
+                used[resource] = used.get(resource, 0) + leaf.usage.get(resource, 0)
         on = node.root().name in fair.cohorts
         out[name] = CohortFigures(
             subtree_quota=dict(node.subtree),
