@@ -66,6 +66,14 @@ class Referee:
 
     # -- quota, from the definition ------------------------------------------
 
+    def _within_nominal(self, quota: TeamQuota, need: dict[str, int]) -> bool:
+        used = self.usage[quota.name]
+        return bool(quota.cohort) and all(
+            used.get(r, 0) + a <= quota.resources[r].nominal
+            for r, a in need.items()
+            if a > 0 and r in quota.resources
+        )
+
     def quota_allows(self, quota: TeamQuota, extra: dict[str, int]) -> bool:
         after = dict(self.usage[quota.name])
         for r, a in extra.items():
@@ -133,6 +141,7 @@ class Referee:
 
     def replay(self, decisions: tuple[Decision, ...]) -> None:
         blocked: dict[tuple[str, str], bool] = {}
+        holding: set[str] = set()  # cohorts where a member's idle nominal is held
         for decision in decisions:
             workload = self.workloads[decision.key]
             queue = self.queues.get((workload.namespace, workload.queue))
@@ -159,7 +168,14 @@ class Referee:
                 for r, a in need.items():
                     self.usage[quota.name][r] += a
             elif decision.reason.value == "QuotaExceeded":
-                assert not quota_ok, f"{decision} but the quota has room"
+                if self._within_nominal(quota, need):
+                    # The cohort lent its nominal out: what is idle of it is held for it
+                    # for the rest of the cycle (Kueue's reserveCapacityForUnreclaimablePreempt).
+                    holding.add(quota.cohort)
+                if quota_ok:
+                    # Room the oracle sees can only be room held for another member.
+                    assert quota.cohort in holding, f"{decision} but the quota has room"
+                    assert "held this cycle for a gang of" in decision.message, decision
             else:
                 assert decision.reason.value == "NoNodeFit", decision
                 assert quota_ok, f"{decision}: quota should have been reported first"

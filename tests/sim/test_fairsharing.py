@@ -15,10 +15,13 @@ the cycle then decides between ``a``'s ``n`` older gangs and ``b``'s ``2n``:
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 
 import pytest
 
 from queue_controller.core import Cohort, Queue, ResourceQuota, TeamQuota
+from queue_controller.core.model import AdmissionFairSharing
+from queue_controller.journal import Entry, JournalEvent
 from queue_controller.sim.engine.compare import simulate
 from queue_controller.sim.measurement.results import PolicyResult, ShareSeries
 from queue_controller.sim.scenario.spec import Faults, Scenario, SimJob
@@ -183,3 +186,65 @@ def test_fair_sharing_at_every_level_of_a_cohort_tree() -> None:
     assert at(shares["a"], 150) == 0.5  # 6 of 12
     assert at(shares["b"], 150) == 0.25  # 3 of 12
     assert at(shares["c"], 150) == 0.25
+
+
+def test_admission_fair_sharing_gives_two_queues_turns_by_their_decayed_usage() -> None:
+    """One TeamQuota of 2 GPUs, two Queues: heavy submits 40 one-GPU gangs at 0 s, light 4
+    at 1 s, each running 100 s.  By age alone light would wait for all of heavy's; by
+    decayed usage light's gangs go at the first turns after they arrive, and over the
+    run each Queue's part of the usage is pulled towards its weight's part."""
+    policy = AdmissionFairSharing(usage_half_life_seconds=300, usage_sampling_interval_seconds=10)
+    team = TeamQuota(
+        name="team",
+        resources={GPU: ResourceQuota(nominal=2000)},
+        admission_fair_sharing=policy,
+    )
+    queues = (
+        Queue(namespace="team", name="heavy", team_quota="team"),
+        Queue(namespace="team", name="light", team_quota="team"),
+    )
+
+    def gangs(queue: str, count: int, at: float) -> tuple[SimJob, ...]:
+        return tuple(
+            SimJob(
+                namespace="team",
+                name=f"{queue}-{i}",
+                queue=queue,
+                arrival=at,
+                pods=1,
+                request={GPU: "1", "cpu": "1"},
+                duration=100,
+            )
+            for i in range(count)
+        )
+
+    def order(scene: Scenario) -> list[str]:
+        entries: list[Entry] = []
+        simulate(
+            scene,
+            policy=INSTANT,
+            faults=Faults(),
+            seed=1,
+            compare=("gang-fit",),
+            record=entries.append,
+        )
+        admitted = sorted((e.at, e.name) for e in entries if e.event is JournalEvent.ADMITTED)
+        return [name.split("-")[0] for _, name in admitted]
+
+    scene = Scenario(
+        name="afs",
+        nodes=(node("n1", 2),),
+        queues=queues,
+        quotas=(team,),
+        jobs=gangs("heavy", 40, 0) + gangs("light", 4, 1),
+    )
+    # Each turn of two GPUs goes to one gang of each Queue: light's four are done in
+    # the first four turns, ahead of heavy's older gangs.
+    assert order(scene)[:8] == ["heavy", "light"] * 4
+    # By age alone, light waits for all forty of heavy's.
+    plain = replace(scene, quotas=(replace(team, admission_fair_sharing=None),))
+    assert order(plain).index("light") == 40
+    shares = run(scene).queue_shares
+    assert set(shares) == {"team/heavy", "team/light"}
+    assert shares["team/light"].weight == shares["team/heavy"].weight == 0.5
+    assert at(shares["team/light"], 150) > 0.3  # light's part of the usage, early on

@@ -44,6 +44,7 @@ FILES = [
     "pending.png",
     "wait-cdf.png",
     "team-share.png",
+    "queue-share.png",
 ]
 
 
@@ -115,6 +116,9 @@ def policy_result(
             "nlp": ShareSeries(1.0, 0.12345, 0.5, (0.0, 600.0), (0.0, 0.5)),
             "vision": ShareSeries(1.0, 0.0, 0.0, (0.0,), (0.0,)),
         },
+        queue_shares={}
+        if name == "per-pod"
+        else {"nlp/light": ShareSeries(0.5, 0.4, 0.75, (0.0, 600.0), (0.0, 0.75))},
     )
 
 
@@ -178,6 +182,7 @@ GANG_FIT_JSON: dict[str, Any] = {
         "nlp": {"weight": 1.0, "mean": 0.12345, "peak": 0.5},
         "vision": {"weight": 1.0, "mean": 0.0, "peak": 0.0},
     },
+    "queue_share": {"nlp/light": {"target": 0.5, "mean": 0.4, "peak": 0.75}},
     "topology": None,  # no Queue uses a Topology
     "cycles": 360,
     "simulated_seconds": 3600.0,
@@ -301,7 +306,9 @@ def test_report_md_says_what_was_run_and_compares(tmp_path: Path) -> None:
         "| vision | 50.0% | 61.2% (10.1 GPU-h) | 61.2% (10.1 GPU-h) | 61.2% (10.1 GPU-h) |",
     ):
         assert row in md, row
-    for image in ("(allocation.png)", "(pending.png)", "(wait-cdf.png)", "(team-share.png)"):
+    assert "| nlp/light | 0.500 | 0.400 / 0.750 | 0.400 / 0.750 |" in md
+    images = ("(allocation.png)", "(pending.png)", "(wait-cdf.png)", "(team-share.png)")
+    for image in (*images, "(queue-share.png)"):
         assert f"]{image}" in md
     assert "## How to read this" in md
     for term in ("GPU allocation", "Wasted GPU hours", "Stranded", "Deadlocked", "Upper bound"):

@@ -28,6 +28,13 @@ whenever something is admitted that it may evict, not only when room comes
 back: such gangs are always shown, uncapped.  Teams that neither preempt nor
 can be preempted keep both savings.
 
+Admission fair sharing does the same for its TeamQuotas (``fair_teams`` holds them
+too): which Queue's gang goes next depends on every gang shown.  Their admitted
+gangs are never merged either, each keeping when it was admitted (a gang admitted
+since its Queue's last sample counts an entry penalty), and the Queues' decayed
+usage the core returns is carried to the next cycle (``queue_usage``), as the
+controller writes it to Queue status.
+
 Fair sharing turns both off for its cohorts.  Where a Cohort object enables
 it, the core gives each of the cohort's borrowing turns to the gang whose
 quota's share would be lowest with it admitted (``FairTurns``): which gang is
@@ -48,6 +55,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
 
 from queue_controller.core import (
+    CycleResult,
     Decision,
     EquivalenceIndex,
     Ordering,
@@ -62,7 +70,13 @@ from queue_controller.core import (
 )
 from queue_controller.core.model import BorrowPolicy, ReclaimPolicy, WithinPolicy, scale
 from queue_controller.core.quota import QuotaLedger, roots_of
-from queue_controller.sim.scenario.rules import NeverRefuses, fair_sharing_teams, preemption_teams
+from queue_controller.core.quota.admissionfair import QueueKey, QueueUsage
+from queue_controller.sim.scenario.rules import (
+    NeverRefuses,
+    admission_fair_teams,
+    fair_sharing_teams,
+    preemption_teams,
+)
 from queue_controller.sim.scenario.spec import Scenario
 from queue_controller.sim.world.cluster import NodeBook, PodScheduler
 from queue_controller.sim.world.runstate import JOB_TEMPLATE, JobState, Phase
@@ -106,7 +120,10 @@ class Admission:
         self._ledger: QuotaLedger | None = None
         self._worth: dict[tuple[object, ...], bool] = {}
         self.preempting_teams, self.victim_teams = preemption_teams(scenario)
-        self.fair_teams = fair_sharing_teams(scenario)
+        self.afs_teams = admission_fair_teams(scenario)
+        self.fair_teams = fair_sharing_teams(scenario) | self.afs_teams
+        # Each admission-fair Queue's decayed usage after the last cycle (Queue status).
+        self.queue_usage: dict[QueueKey, QueueUsage] = {}
         self.on_usage: Callable[[str], None] | None = None  # a team's charge changed
         self.lowest: dict[str, int] = {}  # team -> the lowest priority of its gangs so far
         self._preempts: dict[tuple[object, ...], bool] = {}
@@ -123,15 +140,15 @@ class Admission:
 
     def admitted(self, job: JobState) -> None:
         self._charge(job, +1)
-        if job.placement or job.alone:
+        if job.placement or job.alone or job.team in self.afs_teams:
             self.unsettled[job.key] = job
         else:
             self.settle(job, +1)
 
     def settle(self, job: JobState, sign: int) -> None:
         """Move an admitted gang into (+1) or out of (-1) the merged, settled ones."""
-        if job.alone:
-            return  # a possible victim: shown as itself to the end
+        if job.alone or job.team in self.afs_teams:
+            return  # a possible victim, or its admission time counts: shown as itself
         key = (job.spec.namespace, job.spec.queue, job.shape)
         pods, _ = self.settled.get(key, (0, job.template))
         self.settled[key] = (pods + sign * job.pods, job.template)
@@ -181,13 +198,28 @@ class Admission:
             candidates = self._within_quota(candidates)
         if not candidates:
             return ()
-        decisions = self._schedule(candidates, now)
-        if len(candidates) < len(eligible) and any(d.verdict is Verdict.PREEMPT for d in decisions):
+        result = self._schedule(candidates, now)
+        if len(candidates) < len(eligible) and any(
+            d.verdict is Verdict.PREEMPT for d in result.decisions
+        ):
             # Its victims gave room back in the middle of the cycle, which any gang
             # after the preemptor may take: the cycle is run again over them all.
-            decisions = self._schedule(eligible, now)
-        self._held_nominal(decisions, pending)
-        return decisions
+            result = self._schedule(eligible, now)
+        self._held_nominal(result.decisions, pending)
+        self._sampled(result.queue_usage)
+        return result.decisions
+
+    def _sampled(self, usage: Mapping[QueueKey, QueueUsage]) -> None:
+        """Carry each Queue's decayed usage to the next cycle, as its status would."""
+        if not usage:
+            return
+        self.queue_usage.update(usage)
+        self.queues = tuple(
+            replace(q, consumed=u.consumed, consumed_at=u.consumed_at)
+            if (u := usage.get((q.namespace, q.name))) is not None and u.sampled
+            else q
+            for q in self.queues
+        )
 
     def _held_nominal(
         self, decisions: tuple[Decision, ...], pending: Mapping[str, JobState]
@@ -202,7 +234,7 @@ class Admission:
                 cohort = self.cohort_of.get(job.team, "")
                 self.quota_back.update((cohort, resource) for resource in job.request)
 
-    def _schedule(self, candidates: list[JobState], now: float) -> tuple[Decision, ...]:
+    def _schedule(self, candidates: list[JobState], now: float) -> CycleResult:
         usage = self.book.usage()
         if self.victim_teams:
             owned = (p for job in self.unsettled.values() if job.alone for p in job.core_pods())
@@ -228,7 +260,7 @@ class Admission:
                 claim_templates=dra.claim_templates,
                 resource_claims=self.book.devices.claims(_claim_of),
             )
-        return schedule(snapshot, placer=self.placer).decisions
+        return schedule(snapshot, placer=self.placer)
 
     def arrived(self, job: JobState) -> None:
         if job.team:
@@ -379,7 +411,7 @@ class Admission:
         merged: dict[tuple[str, str, tuple[object, ...]], tuple[int, PodTemplate]] = {}
         for job in self.unsettled.values():
             settled = job.bound_count == job.pods or not job.placement  # as settle() has it
-            if job.alone and settled and job.team not in shown:
+            if job.alone and settled and job.team not in shown and job.team not in self.afs_teams:
                 key = (job.spec.namespace, job.spec.queue, job.shape)
                 pods, _ = merged.get(key, (0, job.template))
                 merged[key] = (pods + job.pods, job.template)

@@ -22,6 +22,7 @@ from queue_controller.sim.engine.preempting import Preempting
 from queue_controller.sim.measurement.domainmeter import DomainMeter
 from queue_controller.sim.measurement.measure import Meters
 from queue_controller.sim.measurement.outcome import journal_entry, policy_result
+from queue_controller.sim.measurement.queueshare import QueueShareMeter
 from queue_controller.sim.measurement.results import PolicyResult, size_class
 from queue_controller.sim.measurement.sharing import ReclaimClock, ShareMeter
 from queue_controller.sim.scenario.policy import DEFAULT_TIMEOUT_SECONDS, Policy
@@ -93,6 +94,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         self._preemption_init()
         self.reclaim = ReclaimClock(scenario.quotas)
         self.shares = ShareMeter(scenario.quotas, scenario.cohorts)
+        self.queue_shares = QueueShareMeter(scenario.quotas, self.queues)
         self.domains = DomainMeter(scenario, self.queues, waits_measured=self.kind == "gang-fit")
         self.admission.on_usage = self._usage_changed
         self.cycles = 0
@@ -202,6 +204,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         self.cycles += 1
         self.reclaim.observe(self.pending.values(), self.admission.ledger(), self.now)
         decisions = self.admission.cycle(self.pending, now=self.now)
+        self.queue_shares.sample(self.admission.queue_usage, self.now)
         for decision in decisions:
             job = self.pending[decision.workload]
             self.domains.decided(job, decision, self.now)
@@ -456,5 +459,6 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             reclaim=self.reclaim.result() if self.admits else {},
             reclaim_waits=self.reclaim.waits() if self.admits else None,
             shares=self.shares.result(self.meters.times[-1]) if self.admits else {},
+            queue_shares=self.queue_shares.result(self.meters.times[-1]) if self.admits else {},
             domains=self.domains,
         )

@@ -68,6 +68,7 @@ def policy_result(
     reclaim_waits: ReclaimWaits | None,
     shares: dict[str, ShareSeries],
     domains: DomainMeter | None = None,
+    queue_shares: dict[str, ShareSeries] | None = None,
 ) -> PolicyResult:
     # The run ends with its last change: a gang finishing or giving up.  Stale
     # retries, empty ticks and samples after it do not stretch it.
@@ -95,6 +96,7 @@ def policy_result(
         reclaim_seconds=reclaim,
         reclaim_waits=reclaim_waits,
         shares=shares,
+        queue_shares=queue_shares or {},
         topology=_topology(domains),
     )
 

@@ -107,6 +107,9 @@ class PolicyResult:
     reclaim_seconds: dict[str, Percentiles] = field(default_factory=dict)
     reclaim_waits: ReclaimWaits | None = None  # None where not measured
     shares: dict[str, ShareSeries] = field(default_factory=dict)  # cohort members
+    # Queues of TeamQuotas with admission fair sharing ("ns/name"; sim.queueshare):
+    # ``weight`` is the Queue's target part of its TeamQuota's usage.
+    queue_shares: dict[str, ShareSeries] = field(default_factory=dict)
     topology: TopologyFigures | None = None  # None: no Queue uses a Topology
 
 

@@ -24,6 +24,7 @@ ALLOCATION_PNG = "allocation.png"
 PENDING_PNG = "pending.png"
 WAIT_CDF_PNG = "wait-cdf.png"
 TEAM_SHARE_PNG = "team-share.png"
+QUEUE_SHARE_PNG = "queue-share.png"
 PLOTS = (ALLOCATION_PNG, PENDING_PNG, WAIT_CDF_PNG, TEAM_SHARE_PNG)
 
 MAX_POINTS = 2000  # per line
@@ -79,6 +80,7 @@ def write_plots(report: SimulationReport, out_dir: Path) -> list[Path]:
         (PENDING_PNG, _pending),
         (WAIT_CDF_PNG, _wait_cdf),
         (TEAM_SHARE_PNG, _team_share),
+        (QUEUE_SHARE_PNG, _queue_share),
     ):
         figure = Figure(figsize=(_WIDTH_IN, _HEIGHT_IN), dpi=_DPI)
         FigureCanvasAgg(figure)
@@ -243,3 +245,34 @@ def _team_share(figure: Figure, report: SimulationReport) -> None:
             axes.legend(loc="upper right", fontsize="small")
     grid[0][0].set_ylabel("share")
     grid[0][0].set_ylim(bottom=0)
+
+
+def _queue_share(figure: Figure, report: SimulationReport) -> None:
+    """One subplot per admission-fair Queue: its part of its TeamQuota's usage over
+    time, per policy run, with its target (its weight's part) drawn across."""
+    queues = sorted({q for r in report.policies.values() for q in r.queue_shares})
+    if not queues:
+        _empty(figure.add_subplot(), "no TeamQuota with admission fair sharing")
+        return
+    grid = figure.subplots(1, len(queues), sharey=True, squeeze=False)
+    figure.suptitle("Each Queue's part of its TeamQuota's decayed usage (dashed: its target)")
+    figure.subplots_adjust(top=0.84, wspace=0.1)
+    for column, queue in enumerate(queues):
+        axes = grid[0][column]
+        target = None
+        for name, result in report.policies.items():
+            share = result.queue_shares.get(queue)
+            if share is None:
+                continue
+            target = share.weight
+            times, values = downsample(share.times, share.values)
+            axes.step(_hours(times), values, where="post", label=name, color=COLOURS.get(name))
+        if target is not None:
+            axes.axhline(target, linestyle="--", color="grey")
+        axes.set_title(queue)
+        axes.set_xlabel("simulated time (hours)")
+        axes.grid(alpha=0.3)
+        if column == 0 and axes.get_legend_handles_labels()[0]:
+            axes.legend(loc="upper right", fontsize="small")
+    grid[0][0].set_ylabel("part of usage")
+    grid[0][0].set_ylim(0, 1)

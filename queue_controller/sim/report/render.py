@@ -102,6 +102,10 @@ def policy_json(result: PolicyResult) -> dict[str, object]:
             team: {"weight": share.weight, "mean": share.mean, "peak": share.peak}
             for team, share in result.shares.items()
         },
+        "queue_share": {
+            queue: {"target": share.weight, "mean": share.mean, "peak": share.peak}
+            for queue, share in result.queue_shares.items()
+        },
         "topology": None
         if result.topology is None
         else {

@@ -71,7 +71,29 @@ def sharing_section(report: SimulationReport) -> list[str]:
         rows.append([team, NONE if weight is None else f"{weight:g}", *cells])
     lines += md_table(["Team", "Weight", *measured], rows)
     lines += ["", "![Each team's cohort share over time](team-share.png)"]
-    return lines
+    return lines + _queue_lines(measured)
+
+
+def _queue_lines(measured: dict[str, PolicyResult]) -> list[str]:
+    """Admission fair sharing: each Queue's part of its TeamQuota's decayed usage."""
+    queues = sorted({q for r in measured.values() for q in r.queue_shares})
+    if not queues:
+        return []
+    rows = []
+    for queue in queues:
+        shares = [r.queue_shares.get(queue) for r in measured.values()]
+        target = next((s.weight for s in shares if s is not None), None)
+        cells = [NONE if s is None else f"{s.mean:.3f} / {s.peak:.3f}" for s in shares]
+        rows.append([queue, NONE if target is None else f"{target:.3f}", *cells])
+    return [
+        "",
+        "Admission fair sharing: each Queue's part of its TeamQuota's decayed usage, against "
+        "its weight's part (the target): mean over time / peak.",
+        "",
+        *md_table(["Queue", "Target", *measured], rows),
+        "",
+        "![Each Queue's part of its TeamQuota's usage over time](queue-share.png)",
+    ]
 
 
 _PARTS = (

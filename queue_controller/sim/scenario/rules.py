@@ -61,3 +61,8 @@ def fair_sharing_teams(scenario: Scenario) -> frozenset[str]:
     fair = {c.name for c in scenario.cohorts if c.fair_sharing}
     roots = roots_of(scenario.quotas, scenario.cohorts)
     return frozenset(name for name, root in roots.items() if root in fair)
+
+
+def admission_fair_teams(scenario: Scenario) -> frozenset[str]:
+    """The TeamQuotas with admission fair sharing: their Queues take turns by usage."""
+    return frozenset(q.name for q in scenario.quotas if q.admission_fair_sharing is not None)

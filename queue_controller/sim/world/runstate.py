@@ -151,6 +151,8 @@ class JobState:
             requeue_count=self.requeue_count,
             placement=waiting if admitted else {},
             nominated={} if admitted else self.nominated,
+            # Admission fair sharing charges an entry penalty until its Queue's next sample.
+            admitted_at=self.admitted_at if admitted else None,
         )
 
 
