@@ -66,7 +66,7 @@ def gang_state(view: GangView, priorities: PriorityTable) -> GangState:
     if started is not None and lost is not None:
         started = max(started, lost)
     prepared = prepare(view.workload, priorities)
-    need = prepared.need() if not prepared.error else {}
+    need = dict(prepared.need()) if not prepared.error else {}
     return GangState(view, holds, running, live, started, need, _evicted_at(view))
 
 

@@ -173,6 +173,17 @@ def _check(ledger: QuotaLedger) -> None:
             assert lent <= min(limits.lending_limit, node.subtree.get(GPU, 0)), node.label
 
 
+def _usage_with_is_what_add_makes(ledger: QuotaLedger, name: str, amount: int) -> None:
+    tree = ledger.tree
+    leaf = tree.quotas[name]
+    ahead = {id(n): tree.usage_with(n, leaf, GPU, amount * ONE) for n in leaf.path()}
+    tree.add(leaf, GPU, amount * ONE)
+    try:
+        assert ahead == {id(n): n.usage.get(GPU, 0) for n in leaf.path()}
+    finally:
+        tree.add(leaf, GPU, -amount * ONE)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     forest=forests(),
@@ -194,6 +205,7 @@ def test_no_node_or_quota_at_any_level_is_overdrawn(
             ledger.reserve(name, {GPU: amount * ONE})
             held[name] += amount
         _check(ledger)
+        _usage_with_is_what_add_makes(ledger, name, amount + 1)
         for quota in quotas:  # a TeamQuota never holds more than nominal + borrowing
             limits = quota.resources[GPU]
             if limits.borrowing_limit is not None:

@@ -22,7 +22,8 @@ minimising pass still sheds what is not needed.  If the set breaks it, the
 quotas that break it are left out and the search runs again: at most once per
 quota in the cohort.  A preemptor of weight 0 that would borrow has an
 infinite share and takes from nobody (two of them would take the same GPUs in
-turns).
+turns); ``LessThanInitialShare`` is not applied against a victim's quota of
+weight 0 either, whose share is infinite however little it borrows.
 """
 
 from __future__ import annotations
@@ -116,7 +117,12 @@ class ShareRuledSearch:
         if strategy is FairStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
             return mine <= self.fair.node_share(theirs)
         largest = max(holders, key=lambda h: self.fair.node_share(theirs, quota, h.need))
-        return mine < self.fair.node_share(theirs, quota, largest.need)
+        initial = self.fair.node_share(theirs, quota, largest.need)
+        # Not against a share of weight 0: it is infinite while the quota borrows at all,
+        # so the rule would take its gangs down to far within its nominal, and those would
+        # take the room back (ping-pong).  LessThanOrEqualToFinalShare still takes back
+        # what it borrows.
+        return initial < INFINITE and mine < initial
 
     def _by_share(
         self, streams: Mapping[str, _Stream], team: str, excluded: set[str]
@@ -145,7 +151,8 @@ class ShareRuledSearch:
             live = [quota for quota in streams if following(quota) is not None]
             if not live:
                 return
-            quota = min(live, key=rank)
+            # One quota with candidates left (often): nothing to rank.
+            quota = live[0] if len(live) == 1 else min(live, key=rank)
             candidate = following(quota)
             assert candidate is not None
             position[quota] += 1

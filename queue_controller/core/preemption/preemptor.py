@@ -200,7 +200,7 @@ class Preemptor:
         if not self.fair.applies(team):
             return self._lenders_checked(chosen, team, need, fits)
         streams = {
-            quota: chosen(False)(self.by_quota.get(quota, {}).values())
+            quota: chosen(True)(self.by_quota.get(quota, {}).values())
             for quota in self.ledger.tree_members(team)
         }
         return ShareRuledSearch(self.search, self.fair).run(streams, team, need, fits)

@@ -92,19 +92,20 @@ class FairShares:
             return Fraction(0)
         if not change or not node.cohort:
             return self._share(node, change or {})
-        # A cohort's usage with the change: tried on the tree, and taken off again.
+        # A cohort's usage with the change: what it would move up to the cohort.
         tree, leaf = self.ledger.tree, self.ledger.leaf(quota_name)
-        for resource, amount in change.items():
-            tree.add(leaf, resource, amount)
-        try:
-            return self._share(node, {})
-        finally:
-            for resource, amount in change.items():
-                tree.add(leaf, resource, -amount)
+        moved = {
+            resource: tree.usage_with(node, leaf, resource, amount) - node.usage.get(resource, 0)
+            for resource, amount in change.items()
+            if resource in node.subtree
+        }
+        return self._share(node, moved)
 
     def _share(self, node: Node, change: Mapping[str, int]) -> Fraction:
         assert node.parent is not None
-        dominant = Fraction(0)
+        # The largest borrowed / lent, kept as a pair of integers until the end: this runs
+        # for every turn and every victim, and one Fraction costs more than the rest.
+        top, bottom = 0, 1
         borrowing = False
         for resource, quota in node.subtree.items():
             borrowed = node.usage.get(resource, 0) + change.get(resource, 0) - quota
@@ -112,13 +113,13 @@ class FairShares:
                 continue
             borrowing = True
             lent = self.ledger.tree.potential(node.parent, resource)
-            if lent > 0:
-                dominant = max(dominant, Fraction(borrowed, lent))
+            if lent > 0 and borrowed * bottom > top * lent:
+                top, bottom = borrowed, lent
         if not borrowing:
-            return dominant
+            return Fraction(0)
         if node.weight <= 0:
             return INFINITE
-        return dominant * 1000 / node.weight
+        return Fraction(top * 1000, bottom * node.weight)
 
     def weighted_share(self, quota_name: str, change: Mapping[str, int] | None = None) -> int:
         """The share as Kueue's ``status.fairSharing.weightedShare``: times 1000, rounded down."""
@@ -187,38 +188,49 @@ class FairTurns:
         )
         for position, (quota, prepared) in enumerate(gangs):
             self._waiting[quota].append((position, prepared, prepared.need()))
-        # id(node) -> (its share with its pick, the pick's position, the pick's quota)
-        self._picks: dict[int, tuple[Fraction, int, str] | None] = {}
+        # id(node) -> its pick: (the gang's position, its quota); None: nobody waits below.
+        self._picks: dict[int, tuple[int, str] | None] = {}
+        # id(node) -> its share with its pick admitted, asked only where siblings compete.
+        self._share_with: dict[int, Fraction] = {}
         roots = {id(r): r for r in (shares.ledger.leaf(q).root() for q in self._waiting)}
         self._roots = list(roots.values())
 
-    def _pick(self, node: Node) -> tuple[Fraction, int, str] | None:
+    def _pick(self, node: Node) -> tuple[int, str] | None:
         key = id(node)
         if key in self._picks:
             return self._picks[key]
-        pick: tuple[Fraction, int, str] | None = None
+        pick: tuple[int, str] | None = None
         if not node.cohort:
             waiting = self._waiting.get(node.name)
             if waiting:
-                position, _, need = waiting[0]
-                pick = (self._shares.node_share(node, node.name, need), position, node.name)
+                pick = (waiting[0][0], node.name)
         else:
-            picks = [p for p in (self._pick(child) for child in node.children) if p is not None]
-            if picks:
-                _, position, quota = min(picks)
-                need = self._waiting[quota][0][2]
-                pick = (self._shares.node_share(node, quota, need), position, quota)
+            picks = [(child, p) for child in node.children if (p := self._pick(child)) is not None]
+            if len(picks) == 1:
+                pick = picks[0][1]
+            elif picks:
+                pick = min(picks, key=lambda c: (self._share_of(c[0], c[1][1]), c[1][0]))[1]
         self._picks[key] = pick
         return pick
+
+    def _share_of(self, node: Node, quota: str) -> Fraction:
+        """``node``'s share with its pick (a gang of ``quota``) admitted."""
+        key = id(node)
+        share = self._share_with.get(key)
+        if share is None:
+            need = self._waiting[quota][0][2]
+            share = self._share_with[key] = self._shares.node_share(node, quota, need)
+        return share
 
     def _forget(self, quota: str) -> None:
         for node in self._shares.ledger.leaf(quota).path():
             self._picks.pop(id(node), None)
+            self._share_with.pop(id(node), None)
 
     def next(self) -> tuple[str, Prepared]:
         """The gang to decide now; call :meth:`decided` once it is decided."""
         picks = [p for p in (self._pick(root) for root in self._roots) if p is not None]
-        _, _, quota = min(picks, key=lambda p: p[1])
+        _, quota = min(picks)
         self._forget(quota)
         return quota, self._waiting[quota].popleft()[1]
 

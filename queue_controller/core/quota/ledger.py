@@ -115,7 +115,7 @@ class QuotaLedger:
         leaf = self.tree.quotas[name]
         if leaf.parent is None:
             return [name]
-        return sorted(node.name for node in self.tree.leaves(leaf.root()))
+        return self.tree.members(leaf.root())
 
     def quota(self, name: str) -> TeamQuota:
         return self._quotas[name]
@@ -234,17 +234,20 @@ class QuotaLedger:
 
     def reserve(self, name: str, need: Resources) -> None:
         leaf = self.tree.quotas[name]
+        holding = bool(self._held)  # rarely: the victim search reserves in a tight loop
         for resource, amount in need.items():
             if not amount:
                 continue
-            held = self._held.get((name, resource), 0)
-            if held:
-                self._hold(leaf, resource, -held)
+            held = self._held.get((name, resource), 0) if holding else 0
+            if not held:
+                self.tree.add(leaf, resource, amount)
+                continue
+            self._hold(leaf, resource, -held)
             keep = leaf.guaranteed(resource)
             before = max(0, leaf.usage.get(resource, 0) - keep)
             self.tree.add(leaf, resource, amount)
-            if held:  # what it holds for itself it now uses
-                drawn = max(0, leaf.usage.get(resource, 0) - keep) - before
-                held = max(0, held - drawn)
-                self._held[(name, resource)] = held
-                self._hold(leaf, resource, held)
+            # What it holds for itself it now uses.
+            drawn = max(0, leaf.usage.get(resource, 0) - keep) - before
+            held = max(0, held - drawn)
+            self._held[(name, resource)] = held
+            self._hold(leaf, resource, held)

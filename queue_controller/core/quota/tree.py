@@ -42,6 +42,9 @@ class Node:
     children: list[Node] = field(default_factory=list)
     subtree: dict[str, int] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)
+    # guaranteed(), per resource: the subtree's quota does not change in a cycle, and
+    # every charge asks it at every level.
+    keep: dict[str, int] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -49,10 +52,15 @@ class Node:
 
     def guaranteed(self, resource: str) -> int:
         """What the node keeps for itself: never lent to its parent."""
-        limits = self.limits.get(resource)
-        if limits is None or limits.lending_limit is None:
-            return 0
-        return max(0, self.subtree.get(resource, 0) - limits.lending_limit)
+        return self.keep.get(resource, 0)
+
+    def settle(self) -> None:
+        """Work out what the node keeps, once its subtree's quota is known."""
+        self.keep = {
+            resource: max(0, self.subtree.get(resource, 0) - limits.lending_limit)
+            for resource, limits in self.limits.items()
+            if limits.lending_limit is not None
+        }
 
     def local_left(self, resource: str) -> int:
         """What is left of the node's guarantee: its own, seen by no other node."""
@@ -107,6 +115,7 @@ class QuotaTree:
     ) -> None:
         cohorts = list(cohorts)
         self._potential: dict[tuple[int, str], int] = {}
+        self._members: dict[int, list[str]] = {}
         self.cohorts: dict[str, Node] = {
             c.name: Node(c.name, True, c.resources, c.fair_weight) for c in cohorts
         }
@@ -127,13 +136,15 @@ class QuotaTree:
         for q in quotas:
             if q.cohort:
                 self._link(self.quotas[q.name], self._cohort(q.cohort))
+        for leaf in self.quotas.values():
+            leaf.settle()
         for root in [n for n in self.cohorts.values() if n.parent is None]:
             self._sum_up(root)
         for name, used in usage.items():
-            leaf = self.quotas.get(name)
-            if leaf is not None:
+            charged = self.quotas.get(name)
+            if charged is not None:
                 for resource, amount in used.items():
-                    self.add(leaf, resource, amount)
+                    self.add(charged, resource, amount)
 
     def _cohort(self, name: str) -> Node:
         """A cohort by name; one that no Cohort object defines is a bare root."""
@@ -155,6 +166,7 @@ class QuotaTree:
             for resource, amount in child.subtree.items():
                 lent = amount - child.guaranteed(resource)
                 node.subtree[resource] = node.subtree.get(resource, 0) + lent
+        node.settle()
 
     def add(self, node: Node, resource: str, amount: int) -> None:
         """Change ``node``'s usage by ``amount`` (negative: give back), and its
@@ -169,6 +181,20 @@ class QuotaTree:
             assert node.parent is not None
             amount = max(0, after - keep) - max(0, before - keep)
             node = node.parent
+
+    def usage_with(self, node: Node, leaf: Node, resource: str, amount: int) -> int:
+        """``node``'s usage of ``resource`` were ``amount`` more used at ``leaf`` below it
+        (what :meth:`add` would make it), worked out without changing anything."""
+        current = leaf
+        while current is not node:
+            used = current.usage.get(resource, 0)
+            if not amount or not current.draws_on_parent(resource):
+                return node.usage.get(resource, 0)
+            keep = current.guaranteed(resource)
+            amount = max(0, used + amount - keep) - max(0, used - keep)
+            assert current.parent is not None
+            current = current.parent
+        return node.usage.get(resource, 0) + amount
 
     def available(self, node: Node, resource: str) -> int:
         """What ``node`` may still take of ``resource``: negative only at a root that
@@ -235,6 +261,14 @@ class QuotaTree:
             return
         for child in node.children:
             yield from self.leaves(child)
+
+    def members(self, root: Node) -> list[str]:
+        """The names of the TeamQuotas of a tree, sorted; the trees do not change in a
+        cycle, so each is listed once."""
+        known = self._members.get(id(root))
+        if known is None:
+            known = self._members[id(root)] = sorted(leaf.name for leaf in self.leaves(root))
+        return known
 
 
 def roots_of(quotas: Iterable[TeamQuota], cohorts: Iterable[Cohort]) -> dict[str, str]:

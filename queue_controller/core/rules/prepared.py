@@ -31,19 +31,24 @@ class Prepared:
     # set, what to call each device dimension of its request in a message.
     device_quota: Mapping[str, int] = field(default_factory=dict)
     labels: tuple[Mapping[str, str], ...] = ()
+    # need(), worked out once: a cycle asks for it at every step that charges a quota.
+    _need: dict[str, int] | None = field(default=None, init=False, compare=False, repr=False)
 
-    def need(self) -> dict[str, int]:
+    def need(self) -> Mapping[str, int]:
         """What the whole gang charges its quota: every pod of every pod set.
 
         Device dimensions are the placer's; the quota is charged for devices by
         their DeviceClass's quota resource instead.
         """
-        total: Counter[str] = Counter(self.device_quota)
-        for pod_set, request in zip(self.workload.pod_sets, self.requests, strict=True):
-            for resource, amount in request.items():
-                if not is_device_dimension(resource):
-                    total[resource] += amount * pod_set.count
-        return dict(total)
+        if self._need is None:
+            total: Counter[str] = Counter(self.device_quota)
+            for pod_set, request in zip(self.workload.pod_sets, self.requests, strict=True):
+                for resource, amount in request.items():
+                    if not is_device_dimension(resource):
+                        total[resource] += amount * pod_set.count
+            object.__setattr__(self, "_need", dict(total))
+        assert self._need is not None
+        return self._need
 
 
 def prepare(workload: Workload, priorities: PriorityTable) -> Prepared:
