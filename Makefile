@@ -98,7 +98,7 @@ bench-gpu: $(STAMP)  ## GPU health benchmark: one DCGM read for 100 to 5,000 nod
 bench-translate: $(STAMP)  ## One controller cycle: translating the raw objects against the core's cycle
 	$(BIN)/python -m tests.bench.bench_translate
 
-bench-preemption: $(STAMP)  ## An admission cycle with preemption considered, against without, at 1,000 and 5,000 nodes
+bench-preemption: $(STAMP)  ## An admission cycle with preemption considered, against without, at 1,000 and 5,000 nodes, flat and in a three-level cohort tree
 	$(BIN)/python -m tests.bench.bench_preemption
 
 # Each system in turn on its own freshly started local cluster (state under the report

@@ -47,6 +47,9 @@ from queue_controller.core.rules.prepared import Prepared
 # Kueue reports a borrowing quota of weight 0 with the largest int64 share.
 INFINITE = Fraction(2**63 - 1)
 
+# A gang waiting its fair turn: (position, gang, its quota charge, that charge as a key).
+_Waiting = tuple[int, Prepared, Mapping[str, int], tuple[tuple[str, int], ...]]
+
 
 class FairShares:
     """The shares of the nodes of fair-sharing cohort trees, read off the cycle's ledger.
@@ -182,16 +185,17 @@ class FairTurns:
 
     def __init__(self, shares: FairShares, gangs: Iterable[tuple[str, Prepared]]) -> None:
         self._shares = shares
-        # quota -> its gangs, in order: (position, gang, its quota charge)
-        self._waiting: dict[str, deque[tuple[int, Prepared, Mapping[str, int]]]] = defaultdict(
-            deque
-        )
+        # quota -> its gangs, in order: (position, gang, its quota charge, that as a key)
+        self._waiting: dict[str, deque[_Waiting]] = defaultdict(deque)
         for position, (quota, prepared) in enumerate(gangs):
-            self._waiting[quota].append((position, prepared, prepared.need()))
+            need = prepared.need()
+            self._waiting[quota].append((position, prepared, need, tuple(sorted(need.items()))))
         # id(node) -> its pick: (the gang's position, its quota); None: nobody waits below.
         self._picks: dict[int, tuple[int, str] | None] = {}
-        # id(node) -> its share with its pick admitted, asked only where siblings compete.
-        self._share_with: dict[int, Fraction] = {}
+        # id(node) -> its share with its pick admitted, asked only where siblings compete,
+        # and what it was read for: the tree's version, the pick's quota and charge (a gang
+        # like the last, refused, leaves it as it was).
+        self._share_with: dict[int, tuple[int, str, tuple[tuple[str, int], ...], Fraction]] = {}
         roots = {id(r): r for r in (shares.ledger.leaf(q).root() for q in self._waiting)}
         self._roots = list(roots.values())
 
@@ -215,17 +219,19 @@ class FairTurns:
 
     def _share_of(self, node: Node, quota: str) -> Fraction:
         """``node``'s share with its pick (a gang of ``quota``) admitted."""
-        key = id(node)
-        share = self._share_with.get(key)
-        if share is None:
-            need = self._waiting[quota][0][2]
-            share = self._share_with[key] = self._shares.node_share(node, quota, need)
+        _, _, need, charge = self._waiting[quota][0]
+        version = self._shares.ledger.tree.version
+        known = self._share_with.get(id(node))
+        if known is not None and known[:3] == (version, quota, charge):
+            return known[3]
+        share = self._shares.node_share(node, quota, need)
+        self._share_with[id(node)] = (version, quota, charge, share)
         return share
 
     def _forget(self, quota: str) -> None:
-        for node in self._shares.ledger.leaf(quota).path():
+        ledger = self._shares.ledger
+        for node in ledger.tree.path(ledger.leaf(quota)):
             self._picks.pop(id(node), None)
-            self._share_with.pop(id(node), None)
 
     def next(self) -> tuple[str, Prepared]:
         """The gang to decide now; call :meth:`decided` once it is decided."""

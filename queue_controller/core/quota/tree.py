@@ -116,6 +116,9 @@ class QuotaTree:
         cohorts = list(cohorts)
         self._potential: dict[tuple[int, str], int] = {}
         self._members: dict[int, list[str]] = {}
+        self._paths: dict[int, list[Node]] = {}
+        # Bumped by every change of usage: what a share read earlier is still good for.
+        self.version = 0
         self.cohorts: dict[str, Node] = {
             c.name: Node(c.name, True, c.resources, c.fair_weight) for c in cohorts
         }
@@ -171,6 +174,7 @@ class QuotaTree:
     def add(self, node: Node, resource: str, amount: int) -> None:
         """Change ``node``'s usage by ``amount`` (negative: give back), and its
         ancestors' by what it moves beyond their guarantees."""
+        self.version += 1
         while amount:
             before = node.usage.get(resource, 0)
             keep = node.guaranteed(resource)
@@ -261,6 +265,13 @@ class QuotaTree:
             return
         for child in node.children:
             yield from self.leaves(child)
+
+    def path(self, node: Node) -> list[Node]:
+        """``node`` and its ancestors, listed once: the tree does not change in a cycle."""
+        known = self._paths.get(id(node))
+        if known is None:
+            known = self._paths[id(node)] = list(node.path())
+        return known
 
     def members(self, root: Node) -> list[str]:
         """The names of the TeamQuotas of a tree, sorted; the trees do not change in a
