@@ -9,7 +9,6 @@ so gangs admitted earlier in the cycle are seen by every later one.
 from __future__ import annotations
 
 import gc
-import itertools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,17 +20,14 @@ from queue_controller.core.cycle.gangshapes import gang_shapes
 from queue_controller.core.cycle.pacing import CreationPacer
 from queue_controller.core.model.decisions import Decision, Reason, Verdict, decision_for
 from queue_controller.core.model.objects import (
-    BorrowPolicy,
     Node,
     Ordering,
     Queue,
-    ReclaimPolicy,
     Snapshot,
     Workload,
     WorkloadPhase,
 )
-from queue_controller.core.model.quantity import format_milli
-from queue_controller.core.model.resources import Resources, scarcity_rank
+from queue_controller.core.model.resources import Resources
 from queue_controller.core.placement.explain import count_of
 from queue_controller.core.placement.fit import EquivalenceIndex
 from queue_controller.core.placement.shapes import GangShape, Placement, Placer, SetShape
@@ -403,7 +399,7 @@ class _Cycle:
             if preempting is not None:
                 return preempting
             message = shortfall.describe()
-            if self._holds_nominal(queue.team_quota, need):
+            if self.ledger.holds_nominal(queue.team_quota, need):
                 # Its own nominal would hold it, or it needs preempting it may not do:
                 # what is still idle of its nominal is not lent again this cycle.
                 self.ledger.hold_idle_nominal(queue.team_quota, need)
@@ -427,7 +423,7 @@ class _Cycle:
             self.assumed.append((queue.team_quota, need))
             message = self.pacer.message()
             return decision_for(workload, Verdict.PENDING, Reason.POD_CREATION_BACKLOG, message)
-        borrowed = self._borrowing(queue.team_quota, need)
+        borrowed = self.ledger.borrowed(queue.team_quota, need)
         self.ledger.reserve(queue.team_quota, need)
         total: Counter[str] = Counter()
         for placement in placed:
@@ -455,57 +451,6 @@ class _Cycle:
             by_set,
         )
         return with_topology(decision, sets, placed)
-
-    def _holds_nominal(self, quota_name: str, need: Mapping[str, int]) -> bool:
-        """Whether a gang refused for quota holds its quota's idle nominal this cycle.
-
-        A gang within its nominal always does: the cohort lent its nominal out.  One
-        that must borrow does when its quota may preempt to borrow
-        (``borrowWithinCohort``), it could fit by preempting, found no victim, and
-        may not take everything back later: its quota does not reclaim ``Any``
-        (Kueue's ``reserveCapacityForUnreclaimablePreempt``, which skips a queue that
-        can always reclaim).  Otherwise borrowers would take what frees up first.
-        """
-        if self.ledger.within_nominal(quota_name, need):
-            return True
-        quota = self.ledger.quota(quota_name)
-        policy = quota.preemption
-        if (
-            policy.borrow_within_cohort is BorrowPolicy.NEVER
-            or policy.reclaim_within_cohort is ReclaimPolicy.ANY
-        ):
-            return False
-        leaf = self.ledger.leaf(quota_name)
-        return all(
-            amount <= self.ledger.tree.potential(leaf, resource)
-            for resource, amount in need.items()
-            if amount > 0 and resource in quota.resources
-        )
-
-    def _borrowing(self, quota_name: str, need: Mapping[str, int]) -> list[str]:
-        """What admitting ``need`` borrows beyond the quota's nominal, and which cohorts
-        of the tree it comes from, for the message: "4 nvidia.com/gpu from cohort
-        research, 2 of it from cohort org via research"."""
-        quota = self.ledger.quota(quota_name)
-        used = self.ledger.used(quota_name)
-        drawn = self.ledger.drawn_from(quota_name, need)
-        out = []
-        for resource in sorted(need, key=scarcity_rank):
-            limits = quota.resources.get(resource)
-            if limits is None:
-                continue
-            before = max(0, used.get(resource, 0) - limits.nominal)
-            after = max(0, used.get(resource, 0) + need[resource] - limits.nominal)
-            if after <= before:
-                continue
-            amount = after - before
-            levels = drawn.get(resource, [(quota.cohort, amount)])
-            text = f"{format_milli(amount, resource)} {resource} from cohort {levels[0][0]}"
-            for (below, _), (cohort, up) in itertools.pairwise(levels):
-                part = format_milli(min(up, amount), resource)
-                text += f", {part} of it from cohort {cohort} via {below}"
-            out.append(text)
-        return out
 
 
 def _duration(seconds: float) -> str:

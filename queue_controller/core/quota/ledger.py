@@ -28,10 +28,17 @@ lender's gang could wait for good.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from queue_controller.core.model.objects import Cohort, ResourceQuota, TeamQuota
+from queue_controller.core.model.objects import (
+    BorrowPolicy,
+    Cohort,
+    ReclaimPolicy,
+    ResourceQuota,
+    TeamQuota,
+)
 from queue_controller.core.model.quantity import format_milli
 from queue_controller.core.model.resources import Resources, scarcity_rank
 from queue_controller.core.quota.tree import Node, QuotaTree
@@ -210,6 +217,57 @@ class QuotaLedger:
                 drawn = self.tree.borrowed_above(leaf, resource, need[resource])
                 if drawn:
                     out[resource] = [(node.name, amount) for node, amount in drawn]
+        return out
+
+    def holds_nominal(self, name: str, need: Mapping[str, int]) -> bool:
+        """Whether a gang refused for quota holds its quota's idle nominal this cycle.
+
+        A gang within its nominal always does: the cohort lent its nominal out.  One
+        that must borrow does when its quota may preempt to borrow
+        (``borrowWithinCohort``), it could fit by preempting, found no victim, and
+        may not take everything back later: its quota does not reclaim ``Any``
+        (Kueue's ``reserveCapacityForUnreclaimablePreempt``, which skips a queue that
+        can always reclaim).  Otherwise borrowers would take what frees up first.
+        """
+        if self.within_nominal(name, need):
+            return True
+        quota = self._quotas[name]
+        policy = quota.preemption
+        if (
+            policy.borrow_within_cohort is BorrowPolicy.NEVER
+            or policy.reclaim_within_cohort is ReclaimPolicy.ANY
+        ):
+            return False
+        leaf = self.tree.quotas[name]
+        return all(
+            amount <= self.tree.potential(leaf, resource)
+            for resource, amount in need.items()
+            if amount > 0 and resource in quota.resources
+        )
+
+    def borrowed(self, name: str, need: Mapping[str, int]) -> list[str]:
+        """What admitting ``need`` borrows beyond the quota's nominal, and which cohorts
+        of the tree it comes from, for the message: "4 nvidia.com/gpu from cohort
+        research, 2 of it from cohort org via research"."""
+        quota = self._quotas[name]
+        used = self.used(name)
+        drawn = self.drawn_from(name, need)
+        out = []
+        for resource in sorted(need, key=scarcity_rank):
+            limits = quota.resources.get(resource)
+            if limits is None:
+                continue
+            before = max(0, used.get(resource, 0) - limits.nominal)
+            after = max(0, used.get(resource, 0) + need[resource] - limits.nominal)
+            if after <= before:
+                continue
+            amount = after - before
+            levels = drawn.get(resource, [(quota.cohort, amount)])
+            text = f"{format_milli(amount, resource)} {resource} from cohort {levels[0][0]}"
+            for (below, _), (cohort, up) in itertools.pairwise(levels):
+                part = format_milli(min(up, amount), resource)
+                text += f", {part} of it from cohort {cohort} via {below}"
+            out.append(text)
         return out
 
     def shortfall(self, name: str, need: Resources) -> QuotaShortfall | None:
