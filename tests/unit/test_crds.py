@@ -656,6 +656,9 @@ def test_examples_hold_every_kind() -> None:
     kinds = sorted(o["kind"] for o in ours(example_objects()))
     assert kinds == [
         "Cohort",
+        "Cohort",
+        "Cohort",
+        "Cohort",
         "PodGroup",
         "Queue",
         "Queue",
