@@ -186,7 +186,11 @@ class ControllerProcess:
         return 0.0
 
     def log_tail(self, lines: int = 30) -> str:
-        logs = sorted(self.logs.glob(f"{self.identity}-*.log"))
+        # The latest start's log: by start number, not by name ("-10" sorts before "-9").
+        logs = sorted(
+            self.logs.glob(f"{self.identity}-*.log"),
+            key=lambda path: int(path.stem.rsplit("-", 1)[1]),
+        )
         if not logs:
             return "(no log)"
         return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
