@@ -289,7 +289,7 @@ def time_weighted_mean(
     total = length(intervals)
     if total <= 0:
         return None
-    area, first = 0.0, 0
+    area, first = 0.0, 0  # the mean so far: each overlap weighted by its part of the whole
     for index, (t, value) in enumerate(steps):
         until = steps[index + 1][0] if index + 1 < len(steps) else math.inf
         while first < len(intervals) and intervals[first][1] <= t:
@@ -298,9 +298,10 @@ def time_weighted_mean(
         while k < len(intervals) and intervals[k][0] < until:
             overlap = min(until, intervals[k][1]) - max(t, intervals[k][0])
             if overlap > 0:
-                area += value * overlap
+                # Each part's weight first: value * overlap underflows for tiny spans.
+                area += value * (overlap / total)
             k += 1
-    return area / total
+    return area
 
 
 def rate_within(events: Iterable[float], intervals: Sequence[tuple[float, float]]) -> float | None:
