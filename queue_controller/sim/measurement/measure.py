@@ -11,7 +11,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from queue_controller.core.model import ONE
-from queue_controller.sim.measurement.results import SIZE_CLASSES, Percentiles, Series, TeamShare
+from queue_controller.sim.measurement.results import (
+    SIZE_CLASSES,
+    Percentiles,
+    Series,
+    ShareSeries,
+    TeamShare,
+)
 from queue_controller.sim.scenario.gpus import gpu_resources, unit_value
 
 if TYPE_CHECKING:
@@ -56,6 +62,37 @@ def percentiles(values: Iterable[float]) -> Percentiles:
         return round(ordered[min(rank, len(ordered)) - 1], 3)
 
     return Percentiles(len(ordered), at(0.50), at(0.95), at(0.99))
+
+
+class StepSeries:
+    """A share over time as a step function from 0 at time 0, with its area so far."""
+
+    def __init__(self) -> None:
+        self.times = [0.0]
+        self.values = [0.0]
+        self.area = 0.0
+
+    def step(self, value: float, now: float) -> None:
+        """The value is ``value`` from ``now`` on."""
+        if value == self.values[-1]:
+            return
+        self.area += self.values[-1] * (now - self.times[-1])
+        if self.times[-1] == now:
+            self.values[-1] = value
+        else:
+            self.times.append(now)
+            self.values.append(value)
+
+    def series(self, weight: float, end: float) -> ShareSeries:
+        """The run's series up to ``end``: its time-weighted mean and its peak."""
+        area = self.area + self.values[-1] * max(0.0, end - self.times[-1])
+        return ShareSeries(
+            weight=weight,
+            mean=round(area / end, 4) if end > 0 else 0.0,
+            peak=round(max(self.values), 4),
+            times=tuple(self.times),
+            values=tuple(self.values),
+        )
 
 
 class Meters:

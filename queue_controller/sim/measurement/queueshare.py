@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from queue_controller.core import Queue, TeamQuota
 from queue_controller.core.quota.admissionfair import QueueKey, QueueUsage, weighed
+from queue_controller.sim.measurement.measure import StepSeries
 from queue_controller.sim.measurement.results import ShareSeries
 
 ONE = 1000  # a weight of one, in thousandths
@@ -39,9 +40,7 @@ class QueueShareMeter:
             for q in queues
             if q.team_quota in self.weights
         }
-        self.times: dict[QueueKey, list[float]] = {key: [0.0] for key in self.team_of}
-        self.values: dict[QueueKey, list[float]] = {key: [0.0] for key in self.team_of}
-        self.area: dict[QueueKey, float] = dict.fromkeys(self.team_of, 0.0)
+        self.series = {key: StepSeries() for key in self.team_of}
 
     def sample(self, usage: Mapping[QueueKey, QueueUsage], now: float) -> None:
         """The Queues' usage after the cycle at ``now``."""
@@ -57,30 +56,11 @@ class QueueShareMeter:
             totals[self.team_of[key]] = totals.get(self.team_of[key], 0.0) + amount
         for key, amount in used.items():
             total = totals[self.team_of[key]]
-            self._step(key, amount / total if total > 0 else 0.0, now)
-
-    def _step(self, key: QueueKey, value: float, now: float) -> None:
-        times, values = self.times[key], self.values[key]
-        if value == values[-1]:
-            return
-        self.area[key] += values[-1] * (now - times[-1])
-        if times[-1] == now:
-            values[-1] = value
-        else:
-            times.append(now)
-            values.append(value)
+            self.series[key].step(amount / total if total > 0 else 0.0, now)
 
     def result(self, end: float) -> dict[str, ShareSeries]:
         """Each Queue, as ``namespace/name``: its target (``weight``) and its share over time."""
-        out = {}
-        for key in sorted(self.team_of):
-            times, values = self.times[key], self.values[key]
-            area = self.area[key] + values[-1] * max(0.0, end - times[-1])
-            out[f"{key[0]}/{key[1]}"] = ShareSeries(
-                weight=round(self.target[key], 4),
-                mean=round(area / end, 4) if end > 0 else 0.0,
-                peak=round(max(values), 4),
-                times=tuple(times),
-                values=tuple(values),
-            )
-        return out
+        return {
+            f"{key[0]}/{key[1]}": self.series[key].series(round(self.target[key], 4), end)
+            for key in sorted(self.team_of)
+        }

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from queue_controller.core import Cohort, TeamQuota
 from queue_controller.core.model import scale
 from queue_controller.core.quota import QuotaLedger, QuotaTree
-from queue_controller.sim.measurement.measure import HOUR, percentiles
+from queue_controller.sim.measurement.measure import HOUR, StepSeries, percentiles
 from queue_controller.sim.measurement.results import Percentiles, ReclaimWaits, ShareSeries
 from queue_controller.sim.world.runstate import JobState, Phase
 
@@ -157,9 +157,7 @@ class ShareMeter:
             for resource in quota.resources:
                 self.pool[(quota.name, resource)] = tree.potential(parent, resource)
         self.weight = {team: q.fair_weight / 1000 for team, q in self.quotas.items()}
-        self.times: dict[str, list[float]] = {team: [0.0] for team in self.quotas}
-        self.values: dict[str, list[float]] = {team: [0.0] for team in self.quotas}
-        self.area: dict[str, float] = dict.fromkeys(self.quotas, 0.0)
+        self.series = {team: StepSeries() for team in self.quotas}
 
     def share(self, team: str, used: Mapping[str, int]) -> float:
         quota = self.quotas[team]
@@ -176,27 +174,9 @@ class ShareMeter:
         """``team``'s usage changed at ``now``."""
         if team not in self.quotas:
             return
-        value = self.share(team, used)
-        times, values = self.times[team], self.values[team]
-        if value == values[-1]:
-            return
-        self.area[team] += values[-1] * (now - times[-1])
-        if times[-1] == now:
-            values[-1] = value
-        else:
-            times.append(now)
-            values.append(value)
+        self.series[team].step(self.share(team, used), now)
 
     def result(self, end: float) -> dict[str, ShareSeries]:
-        out = {}
-        for team in sorted(self.quotas):
-            times, values = self.times[team], self.values[team]
-            area = self.area[team] + values[-1] * max(0.0, end - times[-1])
-            out[team] = ShareSeries(
-                weight=self.weight[team],
-                mean=round(area / end, 4) if end > 0 else 0.0,
-                peak=round(max(values), 4),
-                times=tuple(times),
-                values=tuple(values),
-            )
-        return out
+        return {
+            team: self.series[team].series(self.weight[team], end) for team in sorted(self.quotas)
+        }
