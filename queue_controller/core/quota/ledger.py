@@ -112,10 +112,6 @@ class QuotaLedger:
     def leaf(self, name: str) -> Node:
         return self.tree.quotas[name]
 
-    def members(self, cohort: str) -> list[str]:
-        """The quotas whose cohort is ``cohort``, by name."""
-        return sorted(name for name, quota in self._quotas.items() if quota.cohort == cohort)
-
     def tree_members(self, name: str) -> list[str]:
         """Every quota of ``name``'s cohort tree (``name`` too), by name: those that can
         lend to it or borrow from it."""

@@ -62,10 +62,6 @@ class Node:
             if limits.lending_limit is not None
         }
 
-    def local_left(self, resource: str) -> int:
-        """What is left of the node's guarantee: its own, seen by no other node."""
-        return max(0, self.guaranteed(resource) - self.usage.get(resource, 0))
-
     def draws_on_parent(self, resource: str) -> bool:
         # A TeamQuota draws on its cohort only for what it names; a cohort, always.
         return self.parent is not None and (self.cohort or resource in self.limits)
