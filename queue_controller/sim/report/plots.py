@@ -8,13 +8,18 @@ Long series are thinned by :func:`downsample` first, keeping their step shape.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from queue_controller.sim.measurement.results import SIZE_CLASSES, SimulationReport
+from queue_controller.sim.measurement.results import (
+    SIZE_CLASSES,
+    PolicyResult,
+    ShareSeries,
+    SimulationReport,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -219,60 +224,72 @@ def _wait_cdf(figure: Figure, report: SimulationReport) -> None:
     grid[0][0].set_ylabel("fraction of gangs")
 
 
-def _team_share(figure: Figure, report: SimulationReport) -> None:
-    """One subplot per cohort member: its weighted share over time, per policy run."""
-    teams = sorted({team for r in report.policies.values() for team in r.shares})
-    if not teams:
-        _empty(figure.add_subplot(), "no cohort in this scenario")
-        return
-    grid = figure.subplots(1, len(teams), sharey=True, squeeze=False)
-    figure.suptitle("Each team's share of its cohort (borrowed over lendable, over its weight)")
+def _share_panels(
+    figure: Figure,
+    report: SimulationReport,
+    series_of: Callable[[PolicyResult], Mapping[str, ShareSeries]],
+    *,
+    title: str,
+    empty: str,
+) -> list[tuple[Axes, str, float | None]]:
+    """One subplot per team or Queue: its share over time, per policy run; each with its
+    name and weight (None if no run measured it).  Empty: nothing to draw."""
+    keys = sorted({key for r in report.policies.values() for key in series_of(r)})
+    if not keys:
+        _empty(figure.add_subplot(), empty)
+        return []
+    grid = figure.subplots(1, len(keys), sharey=True, squeeze=False)
+    figure.suptitle(title)
     figure.subplots_adjust(top=0.84, wspace=0.1)
-    for column, team in enumerate(teams):
+    panels = []
+    for column, key in enumerate(keys):
         axes = grid[0][column]
         weight = None
         for name, result in report.policies.items():
-            share = result.shares.get(team)
+            share = series_of(result).get(key)
             if share is None:
                 continue
             weight = share.weight
             times, values = downsample(share.times, share.values)
             axes.step(_hours(times), values, where="post", label=name, color=COLOURS.get(name))
-        axes.set_title(team if weight is None else f"{team} (weight {weight:g})")
         axes.set_xlabel("simulated time (hours)")
         axes.grid(alpha=0.3)
         if column == 0 and axes.get_legend_handles_labels()[0]:
             axes.legend(loc="upper right", fontsize="small")
-    grid[0][0].set_ylabel("share")
-    grid[0][0].set_ylim(bottom=0)
+        panels.append((axes, key, weight))
+    return panels
+
+
+def _team_share(figure: Figure, report: SimulationReport) -> None:
+    """One subplot per cohort member: its weighted share over time, per policy run."""
+    panels = _share_panels(
+        figure,
+        report,
+        lambda result: result.shares,
+        title="Each team's share of its cohort (borrowed over lendable, over its weight)",
+        empty="no cohort in this scenario",
+    )
+    for axes, team, weight in panels:
+        axes.set_title(team if weight is None else f"{team} (weight {weight:g})")
+    if panels:
+        panels[0][0].set_ylabel("share")
+        panels[0][0].set_ylim(bottom=0)
 
 
 def _queue_share(figure: Figure, report: SimulationReport) -> None:
     """One subplot per admission-fair Queue: its part of its TeamQuota's usage over
     time, per policy run, with its target (its weight's part) drawn across."""
-    queues = sorted({q for r in report.policies.values() for q in r.queue_shares})
-    if not queues:
-        _empty(figure.add_subplot(), "no TeamQuota with admission fair sharing")
-        return
-    grid = figure.subplots(1, len(queues), sharey=True, squeeze=False)
-    figure.suptitle("Each Queue's part of its TeamQuota's decayed usage (dashed: its target)")
-    figure.subplots_adjust(top=0.84, wspace=0.1)
-    for column, queue in enumerate(queues):
-        axes = grid[0][column]
-        target = None
-        for name, result in report.policies.items():
-            share = result.queue_shares.get(queue)
-            if share is None:
-                continue
-            target = share.weight
-            times, values = downsample(share.times, share.values)
-            axes.step(_hours(times), values, where="post", label=name, color=COLOURS.get(name))
+    panels = _share_panels(
+        figure,
+        report,
+        lambda result: result.queue_shares,
+        title="Each Queue's part of its TeamQuota's decayed usage (dashed: its target)",
+        empty="no TeamQuota with admission fair sharing",
+    )
+    for axes, queue, target in panels:
         if target is not None:
             axes.axhline(target, linestyle="--", color="grey")
         axes.set_title(queue)
-        axes.set_xlabel("simulated time (hours)")
-        axes.grid(alpha=0.3)
-        if column == 0 and axes.get_legend_handles_labels()[0]:
-            axes.legend(loc="upper right", fontsize="small")
-    grid[0][0].set_ylabel("part of usage")
-    grid[0][0].set_ylim(0, 1)
+    if panels:
+        panels[0][0].set_ylabel("part of usage")
+        panels[0][0].set_ylim(0, 1)
