@@ -9,7 +9,6 @@ status and ``kubectl get cohorts`` show each subtree's quota and use.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,27 +23,14 @@ GPU = "nvidia.com/gpu"
 
 
 @pytest.fixture
-def tree(objects: Objects) -> Iterator[dict[str, str]]:
+def tree(objects: Objects) -> dict[str, str]:
     """Cohorts org <- dept-a, dept-b, named apart for this test; deleted after it."""
-    suffix = secrets.token_hex(3)
-    names = {level: f"{level}-{suffix}" for level in ("org", "dept-a", "dept-b")}
-    parents = {"org": "", "dept-a": names["org"], "dept-b": names["org"]}
-    for level, name in names.items():
-        spec: dict[str, Any] = {"parentName": parents[level]} if parents[level] else {}
-        objects.api.create_cluster_custom_object(
-            GROUP,
-            VERSION,
-            "cohorts",
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "Cohort",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
-    yield names
-    for name in names.values():
-        objects.api.delete_cluster_custom_object(GROUP, VERSION, "cohorts", name)
+    org = objects.cohort("org")
+    return {
+        "org": org,
+        "dept-a": objects.cohort("dept-a", parentName=org),
+        "dept-b": objects.cohort("dept-b", parentName=org),
+    }
 
 
 def cohort_status(objects: Objects, name: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,21 +21,8 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-def fair_cohort(objects: Objects) -> Iterator[str]:
-    name = f"fair-{secrets.token_hex(3)}"
-    objects.api.create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "cohorts",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Cohort",
-            "metadata": {"name": name},
-            "spec": {"fairSharing": {"enabled": True}},
-        },
-    )
-    yield name
-    objects.api.delete_cluster_custom_object(GROUP, VERSION, "cohorts", name)
+def fair_cohort(objects: Objects) -> str:
+    return objects.cohort("fair", fairSharing={"enabled": True})
 
 
 def weighted_share(objects: Objects, quota: str) -> int | None:

@@ -39,6 +39,7 @@ class Objects:
         self.cluster, self.namespace = cluster, namespace
         self.quotas: list[str] = []
         self.topologies: list[str] = []
+        self.cohorts: list[str] = []
 
     def team_quota(
         self,
@@ -123,6 +124,23 @@ class Objects:
         self.topologies.append(name)
         return name
 
+    def cohort(self, prefix: str, **spec: Any) -> str:
+        """A Cohort named ``prefix`` and a suffix of this test's own, with ``spec``."""
+        name = f"{prefix}-{secrets.token_hex(3)}"
+        self.api.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "cohorts",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Cohort",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+        self.cohorts.append(name)
+        return name
+
     def pod_group(self, name: str) -> dict[str, Any] | None:
         try:
             found: dict[str, Any] = self.api.get_namespaced_custom_object(
@@ -145,6 +163,8 @@ class Objects:
             self.api.delete_cluster_custom_object(GROUP, VERSION, "teamquotas", name)
         for name in self.topologies:
             self.api.delete_cluster_custom_object(GROUP, VERSION, "topologies", name)
+        for name in self.cohorts:
+            self.api.delete_cluster_custom_object(GROUP, VERSION, "cohorts", name)
 
 
 def h100(*indices: int) -> list[str]:
