@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from functools import partial
 
 from rich.console import Console
 from rich.table import Table
 
 from queue_controller.core import Cohort, Verdict, WorkloadPhase, schedule
 from queue_controller.core.model.objects import Preemption, ReclaimPolicy, Snapshot, TeamQuota
-from tests.bench.timing import best_cpu_seconds
+from tests.bench.timing import best_cpu_seconds_each
 from tests.builders import GPU, gang, gpu_node, gpus, queue, running_pod, snapshot
 
 TREE = (
@@ -85,7 +86,9 @@ def cluster(nodes: int, policy: Preemption) -> Snapshot:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 nodes only")
-    parser.add_argument("--repeat", type=int, default=2, help="best of this many runs")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="best of this many rounds, each cycle once a round"
+    )
     args = parser.parse_args()
     table = Table(title="an admission cycle with preemption considered (CPU s, best of runs)")
     columns = ("nodes", "running", "pending", "without", "with", "ratio")
@@ -98,10 +101,24 @@ def main() -> None:
     for nodes in [1_000] if args.quick else [1_000, 5_000]:
         never = cluster(nodes, Preemption())
         reclaim = cluster(nodes, Preemption(reclaim_within_cohort=ReclaimPolicy.ANY))
-        without_s, _ = best_cpu_seconds(lambda never=never: schedule(never), args.repeat)
-        with_s, result = best_cpu_seconds(lambda reclaim=reclaim: schedule(reclaim), args.repeat)
         fair = replace(reclaim, cohorts=(Cohort("c", fair_sharing=True),))
-        fair_s, _ = best_cpu_seconds(lambda fair=fair: schedule(fair), args.repeat)
+        tree_never = in_tree(never, fair=False)
+        tree_reclaim = in_tree(reclaim, fair=False)
+        tree_fair = in_tree(reclaim, fair=True)
+        cycles = {
+            "without": never,
+            "with": reclaim,
+            "fair": fair,
+            "tree without": tree_never,
+            "tree with": tree_reclaim,
+            "tree fair": tree_fair,
+        }
+        # In turns, one of each per round: the ratios compare runs of the same spell.
+        timed = best_cpu_seconds_each(
+            {name: partial(schedule, cycle) for name, cycle in cycles.items()}, args.repeat
+        )
+        without_s, with_s, fair_s = (timed[n][0] for n in ("without", "with", "fair"))
+        result = timed["with"][1]
         preempting = sum(1 for d in result.decisions if d.verdict is Verdict.PREEMPT)
         table.add_row(
             f"{nodes:,}",
@@ -114,12 +131,10 @@ def main() -> None:
             f"{fair_s / without_s:.2f}x",
             f"{preempting:,}",
         )
-        tree_never = in_tree(never, fair=False)
-        tree_reclaim = in_tree(reclaim, fair=False)
-        tree_fair = in_tree(reclaim, fair=True)
-        t_without, _ = best_cpu_seconds(lambda s=tree_never: schedule(s), args.repeat)
-        t_with, t_result = best_cpu_seconds(lambda s=tree_reclaim: schedule(s), args.repeat)
-        t_fair, _ = best_cpu_seconds(lambda s=tree_fair: schedule(s), args.repeat)
+        t_without, t_with, t_fair = (
+            timed[n][0] for n in ("tree without", "tree with", "tree fair")
+        )
+        t_result = timed["tree with"][1]
         tree.add_row(
             f"{nodes:,}",
             f"{t_without:.2f}",

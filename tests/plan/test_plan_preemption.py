@@ -107,6 +107,16 @@ def test_fair_sharing_tries_both_strategies_by_default(tmp_path: Path) -> None:
     assert (decision["decision"], decision["reason"]) == ("Pending", "QuotaExceeded")
 
 
+def test_fair_sharing_keeps_the_victims_that_pass_the_share_rule_one_by_one() -> None:
+    # Kueue's "can preempt a combination of same CQ and highest user": one of b's gangs
+    # passes the share rule and a second would not; a's own low-priority gang gives the
+    # rest.  Judged on the whole set, b's two gangs broke the rule and nobody was preempted.
+    (decision,) = plan_json("fair-sharing-victims-one-by-one.yaml")
+    assert decision["decision"] == "Preempt", decision["message"]
+    victims = {v["workload"]: v["reason"] for v in decision["victims"]}
+    assert victims == {"a/a-low": "WithinTeamQuota", "b/b1": "FairSharing"}
+
+
 # -- cohort trees (issue 24, item 4) and held nominal (item 3) ----------------------------
 
 

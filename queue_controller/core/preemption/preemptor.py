@@ -15,13 +15,14 @@ The search (Kueue's, made placement-aware):
    of quotas that borrow before gangs within nominal, lower priority first, the
    most recently created first (the least work lost), fewer GPUs first, then by
    key.  In a fair-sharing cohort they are taken from the quota with the
-   highest share first, and the minimal set must keep each victim's quota at or
-   above the preemptor's share (``Preemptor._victims``).
+   highest share first, each only as the cohort's preemption strategies allow
+   when it is reached (``Preemptor._victims``, core/preemption/fairvictims.py).
 2. *Greedy*: take candidates out one by one, in that order, until the gang fits.
    If it never does, nothing is evicted.
 3. *Minimal*: put each taken candidate back, the last taken first; if the gang
    still fits without evicting it, it is spared.  No victim of the result can be
-   spared alone (no proper subset missing one victim works).
+   spared alone (no proper subset missing one victim works).  The last one taken
+   is not tried: without it the greedy had not fitted yet.
 4. *Only borrowed gangs*: each other quota must still borrow with its largest
    victim back (its victims could be taken one by one while it borrowed); if not,
    the search runs again with borrowing judged as victims are taken out, Kueue's
@@ -35,8 +36,8 @@ Its cost is bounded: at most ``LIMIT`` candidates are considered, and each
 greedy or minimising step is one quota check and one placement attempt on the
 equivalence index (its moves are patches, not rebuilds), so a preemption costs
 at most ``2 * LIMIT`` placements per search (steps 4 and 5 add at most three
-searches; in a fair-sharing cohort, once more for each quota whose share rule
-the found set breaks).  ``LIMIT`` is far above what
+searches; in a fair-sharing cohort the share rule refuses at most ``LIMIT``
+more).  ``LIMIT`` is far above what
 a real preemption evicts (Kueue evicts a handful of workloads per preemption).
 """
 
@@ -102,6 +103,7 @@ class Preemptor:
         for key, holder in self.holders.items():
             self.by_quota[holder.team_quota][key] = holder
         self.search = VictimSearch(ledger, placer)
+        self._fitted: list[Placement] = []
 
     def _holders(
         self, admitted: Iterable[Prepared], held: Mapping[str, Usage]
@@ -115,13 +117,20 @@ class Preemptor:
         return {holder.key: holder for holder in sorted(out, key=lambda h: h.order)}
 
     def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
-        """Whether the gang would be admitted now (changing nothing)."""
+        """Whether the gang would be admitted now (changing nothing).
+
+        The placement of the last that fitted is kept: a search ends in the state of
+        its last fitting step (the greedy stops on one; the minimal pass keeps a victim
+        back only when the gang then fits, and takes it out again otherwise), so that
+        placement is the one to commit, without placing again."""
         if self.ledger.shortfall(team, need) is not None:
             return False
         sets = self.shapes[prepared.workload.key]
         placed, _ = self._place(prepared, sets)
         for item, placement in zip(sets, placed, strict=False):
             self.placer.release(item.shape, placement)
+        if placed:
+            self._fitted = placed
         return bool(placed)
 
     def try_preempt(
@@ -150,7 +159,9 @@ class Preemptor:
             victims = self._reclaiming(prepared, team, need, policy)
         if victims is None:
             return None
-        placed, _ = self._place(prepared, sets)  # fits, as the search found: committed
+        placed = self._fitted  # where the search's last fitting step placed it
+        for item, placement in zip(sets, placed, strict=True):
+            self.placer.commit(item.shape, placement)
         self.ledger.reserve(team, need)
         for holder, _ in victims:
             # Out of every later scan; a dict skips the hole in C, so scans stay short.
@@ -199,9 +210,12 @@ class Preemptor:
 
         if not self.fair.applies(team):
             return self._lenders_checked(chosen, team, need, fits)
+        # One chooser for every quota: it judges each quota's borrowing as it goes.
+        choose = chosen(True)
         streams = {
-            quota: chosen(True)(self.by_quota.get(quota, {}).values())
+            quota: choose(self.by_quota[quota].values())
             for quota in self.ledger.tree_members(team)
+            if self.by_quota.get(quota)
         }
         return ShareRuledSearch(self.search, self.fair).run(streams, team, need, fits)
 

@@ -198,11 +198,13 @@ def lenders_still_borrowed(
 def _borrows_with(
     ledger: QuotaLedger, name: str, back: Mapping[str, int], need: Mapping[str, int]
 ) -> bool:
-    ledger.reserve(name, back)
-    try:
-        return quota_borrows(ledger, name, need)
-    finally:
-        ledger.reserve(name, {r: -a for r, a in back.items()})
+    """:func:`quota_borrows`, were ``back`` in use again (read off, nothing changed)."""
+    used = ledger.used(name)
+    return any(
+        used.get(resource, 0) + back.get(resource, 0) > limits.nominal
+        for resource, limits in ledger.quota(name).resources.items()
+        if need.get(resource, 0) > 0
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +333,8 @@ class VictimSearch:
             for holder, _ in reversed(taken):
                 self.put_back(holder)
             return None
-        for candidate in reversed(list(taken)):
+        # The last one taken stays: without it the greedy had not fitted yet.
+        for candidate in reversed(taken[:-1]):
             self.put_back(candidate[0])
             if fits():
                 taken.remove(candidate)  # spared: the gang fits without evicting it

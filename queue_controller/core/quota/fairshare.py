@@ -62,6 +62,9 @@ class FairShares:
         self.ledger = ledger
         self._strategies = {c.name: c.preemption_strategies for c in cohorts if c.fair_sharing}
         self.cohorts = frozenset(self._strategies)
+        # The tree does not change shape in a cycle; every preemption asks these again.
+        self._lcas: dict[tuple[str, str], tuple[Node, Node]] = {}
+        self._paths: dict[str, tuple[Node, ...]] = {}
 
     def _root(self, quota_name: str) -> Node | None:
         leaf = self.ledger.leaf(quota_name)
@@ -155,9 +158,23 @@ class FairShares:
             f"a borrower gives way only {ways} ({', '.join(others)})"
         )
 
+    def path_below_root(self, quota_name: str) -> tuple[Node, ...]:
+        """The nodes from the root's child down to the quota's leaf."""
+        path = self._paths.get(quota_name)
+        if path is None:
+            path = tuple(reversed(list(self.ledger.leaf(quota_name).path())[:-1]))
+            self._paths[quota_name] = path
+        return path
+
     def almost_lcas(self, preemptor: str, target: str) -> tuple[Node, Node]:
         """The two nodes just below the lowest cohort that holds both quotas (Kueue's
         almost-LCAs): where fair sharing compares a preemptor with a victim's quota."""
+        known = self._lcas.get((preemptor, target))
+        if known is None:
+            known = self._lcas[(preemptor, target)] = self._almost_lcas(preemptor, target)
+        return known
+
+    def _almost_lcas(self, preemptor: str, target: str) -> tuple[Node, Node]:
         mine = list(self.ledger.leaf(preemptor).path())
         theirs = list(self.ledger.leaf(target).path())
         ancestors = {id(node) for node in mine}
@@ -235,15 +252,23 @@ class FairTurns:
 
     def next(self) -> tuple[str, Prepared]:
         """The gang to decide now; call :meth:`decided` once it is decided."""
-        picks = [p for p in (self._pick(root) for root in self._roots) if p is not None]
-        _, quota = min(picks)
+        if len(self._roots) == 1:  # most often: one tree
+            only = self._pick(self._roots[0])
+            assert only is not None, "next() with nobody waiting"
+            quota = only[1]
+        else:
+            picks = [p for p in (self._pick(root) for root in self._roots) if p is not None]
+            _, quota = min(picks)
         self._forget(quota)
         return quota, self._waiting[quota].popleft()[1]
 
     def decided(self, changed: Iterable[str]) -> None:
         """The quotas whose usage the decision changed (the decided gang's first)."""
-        for quota in dict.fromkeys(changed):
-            if quota in self._shares.ledger:
+        decided, *victims = changed
+        # The decided gang's path was forgotten when it was picked, and nothing was
+        # picked since: only its victims' paths are still known.
+        for quota in dict.fromkeys(victims):
+            if quota != decided and quota in self._shares.ledger:
                 self._forget(quota)
 
 

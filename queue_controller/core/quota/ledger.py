@@ -105,6 +105,7 @@ class QuotaLedger:
         # (quota, resource) -> its idle lendable nominal, held for it this cycle: in
         # use, as far as every other node of the tree can tell.
         self._held: dict[tuple[str, str], int] = {}
+        self._order: dict[str, tuple[str, ...]] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self._quotas
@@ -268,8 +269,8 @@ class QuotaLedger:
 
     def shortfall(self, name: str, need: Resources) -> QuotaShortfall | None:
         """The first resource (scarcest first) that ``need`` would overrun, if any."""
-        for resource in sorted(need, key=scarcity_rank):
-            amount = need[resource]
+        for resource in self._scarcest_first(name):
+            amount = need.get(resource, 0)
             if amount <= 0:
                 continue
             room = self.available(name, resource)
@@ -285,6 +286,16 @@ class QuotaLedger:
                     held_for=self.holders(name, resource),
                 )
         return None
+
+    def _scarcest_first(self, name: str) -> tuple[str, ...]:
+        """The resources quota ``name`` limits, scarcest first: only those can fall
+        short, and a shortfall names the scarcest (asked for every gang tried)."""
+        order = self._order.get(name)
+        if order is None:
+            order = self._order[name] = tuple(
+                sorted(self._quotas[name].resources, key=scarcity_rank)
+            )
+        return order
 
     def reserve(self, name: str, need: Resources) -> None:
         leaf = self.tree.quotas[name]
