@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+comma  := ,
 
 .PHONY: run plan simulate test lint typecheck imports docs docs-check unit fuzz journal-test cluster-test bench bench-sim bench-gpu bench-translate bench-preemption \
         bench-e2e bench-scale clean help \
@@ -68,15 +69,19 @@ journal-test: $(STAMP)  ## The journal's tests on a real PostgreSQL server
 	QC_TEST_POSTGRES_URL="$$url" $(BIN)/pytest -q -m postgres
 
 # The cluster tests start their own control plane (state in .cluster-test) and
-# stop it when they finish, pass or fail.
-cluster-test: $(STAMP) cluster-build  ## Smoke tests on the real local control plane
+# stop it when they finish, pass or fail; the tests of Ray and Kubeflow workloads start
+# the real operators against it, so those are built too (once: cached behind their pins).
+TEST_OPERATORS := kuberay training-operator
+cluster-test: $(STAMP) cluster-build  ## Smoke tests on the real local control plane (with KubeRay and the training-operator)
+	deploy/local-cluster/operators/build.sh $(TEST_OPERATORS)
 	$(BIN)/pytest -q -m cluster
 
-cluster-build:  ## Build the control plane from pinned Go modules (only when a pin changes)
+cluster-build:  ## Build the control plane from pinned Go modules (only when a pin changes); OPERATORS=kuberay,training-operator builds those too
 	deploy/local-cluster/build.sh
+	$(if $(OPERATORS),deploy/local-cluster/operators/build.sh $(subst $(comma), ,$(OPERATORS)))
 
-cluster-up: $(STAMP) cluster-build  ## Start the local GPU cluster; SIZE="h100=800 l4=50" resizes pools; DRA=0 publishes no ResourceSlices
-	$(BIN)/queue-controller local-cluster up $(foreach s,$(SIZE),--size $(s)) $(if $(filter 0,$(DRA)),--no-dra)
+cluster-up: $(STAMP) cluster-build  ## Start the local GPU cluster; SIZE="h100=800 l4=50" resizes pools; DRA=0 publishes no ResourceSlices; OPERATORS=kuberay,training-operator runs those
+	$(BIN)/queue-controller local-cluster up $(foreach s,$(SIZE),--size $(s)) $(if $(filter 0,$(DRA)),--no-dra) $(if $(OPERATORS),--operators $(OPERATORS))
 
 cluster-down: $(STAMP)  ## Stop the local cluster and remove its state
 	$(BIN)/queue-controller local-cluster down

@@ -96,6 +96,14 @@ def local_cluster() -> None:
     help="An audit Policy file: the API server logs requests (with user agents) to "
     "STATE_DIR/logs/audit.log.  Off by default.",
 )
+@click.option(
+    "--operators",
+    default="",
+    metavar="NAMES",
+    help="Workload operators to run against the cluster, comma-separated: kuberay, "
+    "training-operator (built by `make cluster-build OPERATORS=...`).  On a running "
+    "cluster, starts those not running yet.",
+)
 def up(
     bin_dir: Path,
     state_dir: Path,
@@ -105,14 +113,17 @@ def up(
     timeout: float,
     dra: bool,
     audit_policy: Path | None,
+    operators: str,
 ) -> None:
     """Start the cluster and wait until every fake node is Ready.
 
-    A second `up` while a cluster runs says so and starts nothing.
+    A second `up` while a cluster runs says so and starts nothing (but the operators
+    asked for that are not running yet).
     """
     pools = nodepools.load(node_file).resized(_sizes(sizes))
+    names = tuple(name.strip() for name in operators.split(",") if name.strip())
     LocalCluster(_layout(bin_dir, state_dir, stages), report=click.echo).up(
-        pools, timeout=timeout, dra=dra, audit_policy=audit_policy
+        pools, timeout=timeout, dra=dra, audit_policy=audit_policy, operators=names
     )
 
 

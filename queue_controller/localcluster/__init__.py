@@ -5,6 +5,7 @@ this package starts them on loopback, creates nodes from a node-pool file, and
 stops them again.
 """
 
-from queue_controller.localcluster.cluster import ClusterError, Layout, LocalCluster, Status
+from queue_controller.localcluster.cluster import ClusterError, LocalCluster
+from queue_controller.localcluster.state import Layout, Status
 
 __all__ = ["ClusterError", "Layout", "LocalCluster", "Status"]

@@ -10,24 +10,32 @@ and removes the directory.  A lock file beside the state directory keeps two
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from queue_controller.errors import QueueControllerError
-from queue_controller.localcluster import components, devices
+from queue_controller.localcluster import components, devices, operators
 from queue_controller.localcluster import pki as pki_module
 from queue_controller.localcluster.components import COMPONENTS
+from queue_controller.localcluster.state import (
+    Layout,
+    State,
+    Status,
+    controller_alive,
+    free_ports,
+    ours,
+)
 from queue_controller.nodepools import NodePools
 
 BINARIES = (*COMPONENTS, "kubectl")
@@ -37,115 +45,6 @@ Report = Callable[[str], None]
 
 class ClusterError(QueueControllerError):
     """The local cluster could not be started, inspected or stopped."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the binaries, the kwok stages and the state live."""
-
-    bin_dir: Path
-    state_dir: Path
-    stages: Path
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.state_dir / "kubeconfig"
-
-    @property
-    def state_file(self) -> Path:
-        return self.state_dir / "state.json"
-
-    @property
-    def logs(self) -> Path:
-        return self.state_dir / "logs"
-
-    @property
-    def lock_file(self) -> Path:
-        return self.state_dir.with_name(self.state_dir.name + ".lock")
-
-    def binary(self, name: str) -> Path:
-        return self.bin_dir / name
-
-    def absolute(self) -> Layout:
-        """The same layout with absolute paths: each component runs in the state directory."""
-        return Layout(self.bin_dir.resolve(), self.state_dir.resolve(), self.stages.resolve())
-
-
-@dataclass
-class State:
-    ports: dict[str, int] = field(default_factory=dict)
-    pids: dict[str, int] = field(default_factory=dict)
-    nodes: int = 0
-    started: float = 0.0
-    startup_seconds: float = 0.0
-    # A controller started by `make run` (a Python process, told by its command line).
-    controller_pid: int | None = None
-    # The API server's audit policy, if it keeps an audit log (kept for `restart`).
-    audit_policy: str | None = None
-
-    @classmethod
-    def load(cls, path: Path) -> State | None:
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (FileNotFoundError, json.JSONDecodeError, TypeError):
-            return None
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2))
-
-
-@dataclass(frozen=True)
-class Status:
-    running: dict[str, bool]
-    state: State | None
-
-    @property
-    def up(self) -> bool:
-        return bool(self.running) and all(self.running.values())
-
-    @property
-    def partly_up(self) -> bool:
-        return any(self.running.values()) and not self.up
-
-
-def _free_ports(names: Iterable[str]) -> dict[str, int]:
-    """A free loopback port for each name, all different.
-
-    Every socket stays bound until all are chosen: asked one at a time, the kernel may
-    hand out a port it has just freed again, and two components would then race for
-    one port (the second dies with "address already in use").
-    """
-    with contextlib.ExitStack() as stack:
-        ports = {}
-        for name in names:
-            sock = stack.enter_context(socket.socket())
-            sock.bind(("127.0.0.1", 0))
-            ports[name] = int(sock.getsockname()[1])
-        return ports
-
-
-CONTROLLER_MARKER = ("queue_controller", "run")
-
-
-def controller_alive(pid: int | None) -> bool:
-    """Whether ``pid`` is a `queue-controller run` started for this cluster."""
-    if pid is None:
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    words = [a.decode(errors="replace") for a in argv]
-    return all(any(marker in word for word in words) for marker in CONTROLLER_MARKER)
-
-
-def _ours(pid: int, binary: Path) -> bool:
-    """Whether ``pid`` is alive and still runs ``binary`` (PIDs get reused)."""
-    try:
-        exe = Path(os.readlink(f"/proc/{pid}/exe"))
-    except OSError:
-        return False
-    return exe.name.removesuffix(" (deleted)") == binary.name and exe.parent == binary.parent
 
 
 class LocalCluster:
@@ -160,7 +59,7 @@ class LocalCluster:
         if state is None:
             return Status({}, None)
         running = {
-            name: _ours(pid, self.layout.binary(name).resolve()) for name, pid in state.pids.items()
+            name: ours(pid, self.layout.binary(name).resolve()) for name, pid in state.pids.items()
         }
         return Status(running, state)
 
@@ -202,18 +101,24 @@ class LocalCluster:
         timeout: float = 180.0,
         dra: bool = True,
         audit_policy: Path | None = None,
+        operators: tuple[str, ...] = (),
     ) -> Status:
-        """Start everything and wait until the nodes are Ready; a running cluster is left alone.
+        """Start everything and wait until the nodes are Ready; a running cluster is left
+        alone, but for the ``operators`` it does not run yet (operators.py), started.
 
         ``dra``: also publish each GPU node's devices as a ResourceSlice (see devices.py).
         ``audit_policy``: the API server keeps an audit log under logs/ by this policy.
         """
+        wanted = self._operators(operators)
         with self._locked():
             current = self.status()
             if current.up:
                 self.report(
                     f"a local cluster is already running (kubeconfig {self.layout.kubeconfig})"
                 )
+                if current.state is not None and wanted:
+                    self._start_operators(current.state, wanted, time.monotonic() + timeout)
+                    return self.status()
                 return current
             if current.partly_up:
                 down = [n for n, alive in current.running.items() if not alive]
@@ -236,6 +141,7 @@ class LocalCluster:
             )
             try:
                 self._start(state, pools, deadline=started + timeout, dra=dra)
+                self._start_operators(state, wanted, started + timeout)
             except BaseException:
                 self._stop(state)
                 state.save(self.layout.state_file)
@@ -252,7 +158,7 @@ class LocalCluster:
         layout = self.layout
         layout.logs.mkdir(parents=True)
         pki = pki_module.create(layout.state_dir / "pki")
-        state.ports = _free_ports(components.PORTS)
+        state.ports = free_ports(components.PORTS)
         layout.kubeconfig.write_text(
             json.dumps(components.kubeconfig(pki, state.ports["kube-apiserver"]), indent=2)
         )
@@ -295,11 +201,12 @@ class LocalCluster:
             Path(state.audit_policy) if state.audit_policy else None,
         )
 
-    def _spawn(self, name: str, args: list[str]) -> int:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> int:
         # Appended to: a restarted component's log keeps what it said before.
         log = (self.layout.logs / f"{name}.log").open("ab")
         process = subprocess.Popen(
             [str(self.layout.binary(name).resolve()), *args],
+            env={**os.environ, **env} if env else None,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -328,22 +235,112 @@ class LocalCluster:
             self.report(f"  {name} restarted (pid {state.pids[name]}, port {state.ports[name]})")
             return state.pids[name]
 
+    # -- operators -------------------------------------------------------------
+
+    def start_operators(self, names: tuple[str, ...], *, timeout: float = 120.0) -> Status:
+        """Start the named operators against the running cluster (each not running yet)."""
+        wanted = self._operators(names)
+        with self._locked():
+            state = State.load(self.layout.state_file)
+            if state is None or not self.status().up:
+                raise ClusterError(f"no local cluster is running in {self.layout.state_dir}")
+            self._start_operators(state, wanted, time.monotonic() + timeout)
+            return self.status()
+
+    def _operators(self, names: tuple[str, ...]) -> list[operators.Operator]:
+        try:
+            wanted = operators.named(names)
+        except ValueError as error:
+            raise ClusterError(str(error)) from None
+        missing = [
+            f"{op.binary} or {op.crds(self.layout.bin_dir)}"
+            for op in wanted
+            if not self.layout.binary(op.binary).exists()
+            or not op.crds(self.layout.bin_dir).is_dir()
+        ]
+        if missing:
+            raise ClusterError(
+                f"missing {', '.join(missing)}; run `make cluster-build OPERATORS="
+                f"{','.join(op.name for op in wanted)}`"
+            )
+        return wanted
+
+    def _start_operators(
+        self, state: State, wanted: list[operators.Operator], deadline: float
+    ) -> None:
+        for op in wanted:
+            pid = state.pids.get(op.binary)
+            if pid is not None and ours(pid, self.layout.binary(op.binary).resolve()):
+                continue
+            crds = op.crds(self.layout.bin_dir)
+            # Server-side: KubeRay's CRDs are too large for kubectl's last-applied annotation.
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
+            if op.prerequisites:
+                items = {"apiVersion": "v1", "kind": "List", "items": list(op.prerequisites)}
+                self.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(items))
+            ports = free_ports(f"{op.binary}-{p}" for p in op.ports)
+            state.ports.update(ports)
+            own = {p: ports[f"{op.binary}-{p}"] for p in op.ports}
+            state.pids[op.binary] = self._spawn(
+                op.binary,
+                op.arguments(self.layout.kubeconfig, own),
+                {"KUBECONFIG": str(self.layout.kubeconfig), **op.environment},
+            )
+            state.operators = [*dict.fromkeys([*state.operators, op.name])]
+            state.save(self.layout.state_file)
+
+            def ready(op: operators.Operator = op, own: dict[str, int] = own) -> bool:
+                return all(self._mounted(m) for m in op.mounts) and op.healthy(own)
+
+            self._wait_started(op.binary, state, ready, f"{op.name} to report ready", deadline)
+            self.report(f"  {op.name} is up (pid {state.pids[op.binary]}, CRDs from {crds})")
+
+    def _mounted(self, mount: operators.SecretMount) -> bool:
+        """Copy the Secret's keys into the directory, as a kubelet's volume would; whether
+        it has any yet (an operator may create the Secret's keys itself)."""
+        secret = json.loads(
+            self.kubectl(
+                "get", "secret", mount.name, "-n", mount.namespace, "-o", "json", check=False
+            )
+            or "{}"
+        )
+        data: dict[str, str] = secret.get("data") or {}
+        if not data:
+            return False
+        mount.directory.mkdir(parents=True, exist_ok=True)
+        for key, value in data.items():
+            (mount.directory / key).write_bytes(base64.b64decode(value))
+        return True
+
     # -- waiting ---------------------------------------------------------------
 
     def _wait_healthy(self, name: str, state: State, pki: pki_module.Pki, deadline: float) -> None:
+        url = components.health_url(name, state.ports)
+        self._wait_started(
+            name,
+            state,
+            partial(components.healthy, name, state.ports, pki),
+            f"{name} to report healthy at {url}",
+            deadline,
+        )
+
+    def _wait_started(
+        self, name: str, state: State, probe: Callable[[], bool], what: str, deadline: float
+    ) -> None:
+        """Wait for ``probe()``; a ClusterError with its log's tail if ``name`` exits first."""
         binary = self.layout.binary(name).resolve()
 
         def healthy() -> bool:
-            if not _ours(state.pids[name], binary):
+            if not ours(state.pids[name], binary):
                 log = self.layout.logs / f"{name}.log"
                 tail = log.read_text(errors="replace").strip().splitlines()[-5:]
                 raise ClusterError(
                     f"{name} exited during start-up; last lines of {log}:\n" + "\n".join(tail)
                 )
-            return components.healthy(name, state.ports, pki)
+            return probe()
 
-        url = components.health_url(name, state.ports)
-        self._wait_for(f"{name} to report healthy at {url}", healthy, deadline)
+        self._wait_for(what, healthy, deadline)
 
     def _wait_for(self, what: str, ready: Callable[[], bool], deadline: float) -> None:
         while not ready():
@@ -400,19 +397,21 @@ class LocalCluster:
             if controller_alive(state.controller_pid):
                 os.kill(state.controller_pid, signal.SIGKILL)
             stopped.append("queue-controller")
-        for name in reversed(COMPONENTS):
+        # Then the operators, while the API server they would complain about is still up.
+        others = [name for name in state.pids if name not in COMPONENTS]
+        for name in [*others, *reversed(COMPONENTS)]:
             pid = state.pids.get(name)
             binary = self.layout.binary(name).resolve()
-            if pid is None or not _ours(pid, binary):
+            if pid is None or not ours(pid, binary):
                 continue
             os.kill(pid, signal.SIGTERM)
             stopped.append(name)
-        for name in (name for name in stopped if name in COMPONENTS):
+        for name in (name for name in stopped if name in state.pids):
             self._wait_stopped(name, state.pids[name])
         return stopped
 
     def _stop_component(self, name: str, pid: int) -> None:
-        if _ours(pid, self.layout.binary(name).resolve()):
+        if ours(pid, self.layout.binary(name).resolve()):
             os.kill(pid, signal.SIGTERM)
             self._wait_stopped(name, pid)
 
@@ -420,9 +419,9 @@ class LocalCluster:
         """Wait up to 15 s for a SIGTERMed component to go, then SIGKILL it."""
         binary = self.layout.binary(name).resolve()
         limit = time.monotonic() + 15
-        while _ours(pid, binary) and time.monotonic() < limit:
+        while ours(pid, binary) and time.monotonic() < limit:
             time.sleep(0.1)
-        if _ours(pid, binary):
+        if ours(pid, binary):
             os.kill(pid, signal.SIGKILL)
 
     def down(self) -> list[str]:

@@ -19,12 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from queue_controller.localcluster.cluster import (
-    ClusterError,
-    LocalCluster,
-    State,
-    controller_alive,
-)
+from queue_controller.localcluster.cluster import ClusterError, LocalCluster
+from queue_controller.localcluster.state import State, controller_alive
 from queue_controller.nodepools import NodePools
 
 LEASE_NAMESPACE = "queue-controller-system"

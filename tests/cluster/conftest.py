@@ -85,6 +85,24 @@ def cluster() -> Iterator[Cluster]:
         local.down()
 
 
+OPERATORS = ("kuberay", "training-operator")
+
+
+@pytest.fixture(scope="session")
+def operators(cluster: Cluster) -> None:
+    """KubeRay and Kubeflow's training-operator, running against the session's cluster
+    (started on first use; they stop with the cluster)."""
+    if cluster.local is None:
+        pytest.skip("the operators run only on a cluster this session started")
+    for name in OPERATORS:
+        if not (DEPLOY / "bin" / "crds" / name).is_dir():
+            pytest.fail(
+                f"{name} is not built: run `deploy/local-cluster/operators/build.sh "
+                f"{' '.join(OPERATORS)}` (make cluster-test does)"
+            )
+    cluster.local.start_operators(OPERATORS)
+
+
 @pytest.fixture(scope="session")
 def crds(cluster: Cluster) -> None:
     """Our CRDs, installed and established."""

@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from queue_controller.localcluster.cluster import Layout, LocalCluster, State
+from queue_controller.localcluster.cluster import LocalCluster
+from queue_controller.localcluster.state import Layout, State
 
 
 def _layout(tmp_path: Path) -> Layout:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from queue_controller.localcluster import cluster as cluster_module
-from queue_controller.localcluster.cluster import ClusterError, Layout, LocalCluster, State
+from queue_controller.localcluster import state as state_module
+from queue_controller.localcluster.cluster import ClusterError, LocalCluster
+from queue_controller.localcluster.state import Layout, State
 
 
 def _layout(tmp_path: Path) -> Layout:
@@ -54,7 +56,7 @@ def test_restart_replaces_the_process_and_keeps_its_arguments_and_ports(
     try:
         second = local.restart("etcd")
         assert second != first
-        assert not cluster_module._ours(first, (layout.bin_dir / "etcd").resolve())
+        assert not state_module.ours(first, (layout.bin_dir / "etcd").resolve())
         saved = State.load(layout.state_file)
         assert saved is not None
         assert saved.pids == {"etcd": second}
@@ -67,8 +69,8 @@ def test_restart_replaces_the_process_and_keeps_its_arguments_and_ports(
 
 def test_the_ports_a_cluster_starts_on_are_all_different() -> None:
     from queue_controller.localcluster import components
-    from queue_controller.localcluster.cluster import _free_ports
+    from queue_controller.localcluster.state import free_ports
 
     for _ in range(20):
-        ports = _free_ports(components.PORTS)
+        ports = free_ports(components.PORTS)
         assert len(set(ports.values())) == len(ports) == len(tuple(components.PORTS))
