@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from queue_controller.check.invariants import Timing, violations
 from queue_controller.check.violations import Violation
 from queue_controller.dump import LeftOut, distinct, translate_all
-from queue_controller.kube import kinds
+from queue_controller.kube import watched
 from queue_controller.kube.fields import Obj, describe
 from queue_controller.kube.gateway import Gateway
 from queue_controller.kube.resources import POD_GROUP
@@ -46,9 +46,7 @@ def look(items: Iterable[Located], *, now: float, timing: Timing) -> Look:
 
 def cluster_objects(gateway: Gateway) -> list[Located]:
     """Everything a controller cycle reads, listed from the API server."""
-    return [
-        Located(describe(obj), obj) for resource in kinds.WATCHED for obj in gateway.list(resource)
-    ]
+    return [Located(describe(obj), obj) for obj in watched.list_all(gateway)]
 
 
 Source = Callable[[], list[Located]]

@@ -41,7 +41,7 @@ from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
 from queue_controller.gpuhealth.idle import IdleTracker
 from queue_controller.journal import Journal
 from queue_controller.journal.retention import Retention
-from queue_controller.kube import credentials, kinds
+from queue_controller.kube import credentials, kinds, watched
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.healthwriter import NodeHealthPublisher
 from queue_controller.tls import ServingCertificate, serving_certificate
@@ -116,12 +116,10 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     gateway = gw.Gateway(api)
     state = ClusterState()
     try:
-        listings = await asyncio.gather(
-            *(asyncio.to_thread(gateway.list, kind) for kind in kinds.WATCHED)
-        )
+        listed = await asyncio.to_thread(watched.list_all, gateway)
     except gw.GatewayError as error:
         raise StartupError(f"could not list the cluster: {error}") from None
-    state.replace_all(obj for listing in listings for obj in listing)
+    state.replace_all(listed)
     log.info("listed %d objects", len(state))
 
     metrics = Metrics()

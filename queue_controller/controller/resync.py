@@ -78,6 +78,12 @@ class Resync:
                 continue
             try:
                 items, listed_at = await asyncio.to_thread(self.gateway.list_at, resource)
+            except gw.NotFound:
+                if resource in kinds.OPTIONAL:
+                    continue  # an operator's kind whose CRD is not installed: nothing of it
+                log.warning("resync: %s is not served; again later", resource.kind)
+                self.request()
+                return pruned
             except gw.GatewayError as error:
                 log.warning("resync: could not list %s (%s); again later", resource.kind, error)
                 self.request()

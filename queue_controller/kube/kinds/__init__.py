@@ -24,7 +24,8 @@ from queue_controller.kube.kinds.base import (
     queue_name,
 )
 from queue_controller.kube.kinds.batchjob import BatchJob
-from queue_controller.kube.kinds.managed import DEFAULT_QUEUE, asks_for_accelerator, merge, pod_spec
+from queue_controller.kube.kinds.kubeflow import TRAINING_JOBS
+from queue_controller.kube.kinds.managed import DEFAULT_QUEUE, asks_for_accelerator, merge
 from queue_controller.kube.kinds.plainpods import PlainPods
 from queue_controller.kube.resources import CORE, POD, Resource
 from queue_controller.kube.views import MemberPod, member_pod
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_QUEUE",
     "KINDS",
     "KUEUE_QUEUE_LABEL",
+    "OPTIONAL",
     "QUEUE_LABEL",
     "QUEUE_LABELS",
     "WATCHED",
@@ -50,7 +52,10 @@ __all__ = [
     "rbac_rules",
 ]
 
-KINDS: tuple[WorkloadKind, ...] = (BatchJob(), PlainPods())
+# The training-operator's jobs before plain pods: their pods are theirs, whatever labels
+# the templates gave them.
+PLAIN_PODS = PlainPods()
+KINDS: tuple[WorkloadKind, ...] = (BatchJob(), *TRAINING_JOBS, PLAIN_PODS)
 
 BY_NAME: Mapping[str, WorkloadKind] = {kind.name: kind for kind in KINDS}
 BY_HEAD: Mapping[str, WorkloadKind] = {
@@ -58,6 +63,11 @@ BY_HEAD: Mapping[str, WorkloadKind] = {
 }
 # Every resource the controller lists and watches: the core's and the kinds' heads.
 WATCHED: tuple[Resource, ...] = CORE + tuple(k.head for k in KINDS if k.head is not None)
+# Heads whose CRD may be missing (an operator not installed): a listing that finds no
+# such API means no objects of it, not a broken cluster.
+OPTIONAL: frozenset[Resource] = frozenset(
+    k.head for k in KINDS if k.head is not None and k.optional
+)
 
 # What the controller itself asks of the API, whatever kinds are registered.  The
 # chart's ClusterRole is checked against rbac_rules() (tests/deploy), and every call
@@ -154,15 +164,16 @@ def queue_by_default(resource: Resource, obj: Obj) -> Obj:
     """What the webhook adds to a new object of ``resource`` without a queue label in a
     managed namespace (kinds/managed.py): ``{}`` when it is not ours to queue.
 
-    Ours: an object of a known kind (a Job; a Pod no other kind claims, so never a
-    Job's pod) that asks for an accelerator.  It gets the queue label ``default`` and
-    the hold its kind gives every queued object.  The namespace is the caller's to
+    Ours: an object of a known kind (a Job, a PyTorchJob and kin; a Pod no other kind
+    claims, so never a Job's pod) that asks for an accelerator in any of its
+    templates.  It gets the queue label ``default`` and the hold its kind gives every
+    queued object.  The namespace is the caller's to
     check: this says what to do *if* it is managed.
     """
     if queue_name(strings(obj, "metadata.labels")):
         return {}  # labelled: hold_at_creation, by the kind's own webhook
-    spec = pod_spec(resource, obj)
-    if spec is None or not asks_for_accelerator(spec):
+    kind = PLAIN_PODS if resource == POD else BY_HEAD.get(resource.kind)
+    if kind is None or not any(asks_for_accelerator(s) for s in kind.pod_specs(obj)):
         return {}
     if resource == POD:
         try:

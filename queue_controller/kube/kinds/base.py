@@ -124,9 +124,17 @@ class WorkloadKind(Protocol):
     # that is not someone else holding it.  False when the hold is on the gang's head
     # object (a Job's suspend), which the release lifts at once.
     held_until_bound: bool
+    # True when the kind's head is a custom resource whose CRD may not be installed (an
+    # operator's): the controller then lists and watches nothing of it, and says so.
+    optional: bool
 
     def is_queued(self, obj: Obj) -> bool:
         """Whether a head object asks for a queue (and is so ours to hold)."""
+        ...
+
+    def pod_specs(self, obj: Obj) -> list[Obj]:
+        """The pod specs an object of the kind's webhook resource makes its members from,
+        read raw (never failing): whether it asks for an accelerator is judged on them."""
         ...
 
     def membership(self, pod: MemberPod) -> Membership | None:

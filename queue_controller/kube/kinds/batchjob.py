@@ -39,6 +39,7 @@ from queue_controller.kube.kinds.base import (
     queue_name,
     read_or,
 )
+from queue_controller.kube.kinds.managed import raw_mapping
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, JOB, Resource
@@ -103,6 +104,7 @@ class BatchJob:
     head: Resource | None = JOB
     webhook: WebhookRule = WebhookRule(resource=JOB)
     held_until_bound: bool = False
+    optional: bool = False
     rbac: tuple[RbacRule, ...] = (
         RbacRule(
             group="batch",
@@ -117,6 +119,9 @@ class BatchJob:
             why="a PodGroup's ownerReference to its Job sets blockOwnerDeletion",
         ),
     )
+
+    def pod_specs(self, obj: Obj) -> list[Obj]:
+        return [raw_mapping(obj, "spec", "template", "spec")]
 
     def is_queued(self, obj: Obj) -> bool:
         return bool(queue_name(strings(obj, "metadata.labels")))

@@ -36,31 +36,25 @@ from typing import Any
 
 from queue_controller.core.model import is_extended
 from queue_controller.kube.fields import Obj
-from queue_controller.kube.resources import JOB, POD, Resource
 
-__all__ = ["DEFAULT_QUEUE", "asks_for_accelerator", "merge", "pod_spec"]
+__all__ = ["DEFAULT_QUEUE", "asks_for_accelerator", "merge", "raw_mapping"]
 
 # Kueue's default LocalQueue name, which its users already expect.
 DEFAULT_QUEUE = "default"
-# Where each kind that heads a gang keeps the pod spec its members are made from.
-_POD_SPEC_OF: Mapping[Resource, tuple[str, ...]] = {
-    JOB: ("spec", "template", "spec"),
-    POD: ("spec",),
-}
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def pod_spec(resource: Resource, obj: Obj) -> Mapping[str, Any] | None:
-    """The pod spec an object of ``resource`` makes its pods from; None for other kinds."""
-    if resource not in _POD_SPEC_OF:
-        return None
-    spec: Mapping[str, Any] = obj
-    for part in _POD_SPEC_OF.get(resource, ()):
-        spec = _mapping(spec.get(part))
-    return spec
+def raw_mapping(obj: Mapping[str, Any], *path: str) -> Mapping[str, Any]:
+    """The mapping at ``path`` in a raw object, ``{}`` where anything on the way is not
+    one: a webhook's decision must not fail on a malformed object (the API server, or
+    the cycle, reports it)."""
+    value: Mapping[str, Any] = obj
+    for part in path:
+        value = _mapping(value.get(part))
+    return value
 
 
 def asks_for_accelerator(spec: Mapping[str, Any]) -> bool:

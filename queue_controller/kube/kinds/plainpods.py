@@ -51,6 +51,7 @@ from queue_controller.kube.kinds.base import (
     WebhookRule,
     queue_name,
 )
+from queue_controller.kube.kinds.managed import raw_mapping
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL, POD, Resource
@@ -97,8 +98,12 @@ class PlainPods:
     head: Resource | None = None
     webhook: WebhookRule = WebhookRule(resource=POD)
     held_until_bound: bool = True
+    optional: bool = False
     # Reading, binding and deleting pods are the core's rules already.
     rbac: tuple[RbacRule, ...] = ()
+
+    def pod_specs(self, obj: Obj) -> list[Obj]:
+        return [raw_mapping(obj, "spec")]
 
     def is_queued(self, obj: Obj) -> bool:
         return bool(queue_name(strings(obj, "metadata.labels")))
