@@ -24,6 +24,8 @@ from queue_controller.localcluster.state import State, controller_alive
 from queue_controller.nodepools import NodePools
 
 LEASE_NAMESPACE = "queue-controller-system"
+# Built by `make run` (deploy/local-cluster/operators/build.sh).
+DEMO_OPERATORS = ("training-operator",)
 Report = Callable[[str], None]
 
 
@@ -48,7 +50,8 @@ class Demo:
         self.cluster, self.root, self.report = cluster, root, report
 
     def run(self, pools: NodePools, *, watch_seconds: float, gap_seconds: float = 1.0) -> None:
-        self.cluster.up(pools)
+        # The training-operator runs the demo's PyTorchJob (examples/training-jobs.yaml).
+        self.cluster.up(pools, operators=DEMO_OPERATORS)
         self._install()
         self.start_controller()
         self._submit(gap_seconds)
@@ -60,6 +63,8 @@ class Demo:
             f"  export KUBECONFIG={kubeconfig} PATH={self.cluster.layout.bin_dir}:$PATH\n"
             "  kubectl get podgroups,queues -A; kubectl get teamquotas\n"
             "  kubectl describe podgroup -n research pretrain-llm\n"
+            "  kubectl get pytorchjobs -n research; "
+            "kubectl describe podgroup -n research pytorchjob-ddp-resnet\n"
             "  .venv/bin/queue-controller history --db "
             f"sqlite:///{self.cluster.layout.state_dir / 'journal.db'}\n"
             "Stop everything with `make cluster-down`."
@@ -143,8 +148,10 @@ class Demo:
 
     def _submit(self, gap_seconds: float) -> None:
         # The Jobs, then a plain Pod gang made pod by pod, as an operator makes one, then
-        # the gangs that must stay within one NVLink clique, then Jobs claiming GPUs by DRA.
-        for name in ("jobs.yaml", "pod-gang.yaml", "topology-jobs.yaml", "dra-jobs.yaml"):
+        # the gangs that must stay within one NVLink clique, then Jobs claiming GPUs by DRA,
+        # then a PyTorchJob, which the training-operator runs once it is admitted.
+        files = ("jobs.yaml", "pod-gang.yaml", "topology-jobs.yaml", "dra-jobs.yaml")
+        for name in (*files, "training-jobs.yaml"):
             path = self.root / "examples" / name
             self.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=true")
             for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):

@@ -19,6 +19,7 @@ from queue_controller.core import schedule
 from queue_controller.core.model.decisions import Decision
 from queue_controller.dump import load_snapshot
 from queue_controller.kube import kinds
+from queue_controller.kube.kinds.kubeflow import PYTORCH_JOB
 from queue_controller.kube.resources import JOB, POD
 from queue_controller.localcluster import devices
 from tests.views import seen
@@ -37,7 +38,7 @@ def _examples() -> list[dict[str, Any]]:
 
 def _decide(objects: list[dict[str, Any]]) -> dict[str, Decision]:
     """The core's first cycle over the examples on the demo's nodes, as `make run` starts."""
-    submitted = [obj for obj in objects if obj["kind"] in ("Job", "Pod")]
+    submitted = [obj for obj in objects if obj["kind"] in RESOURCES]
     for second, obj in enumerate(submitted):
         # What the controller's webhook does on creation: suspend a Job, gate a Pod.
         obj.update(merge(obj, kinds.hold_at_creation(RESOURCES[obj["kind"]], obj)))
@@ -56,7 +57,7 @@ def _decide(objects: list[dict[str, Any]]) -> dict[str, Decision]:
     return {d.workload: d for d in schedule(snapshot).decisions}
 
 
-RESOURCES = {"Job": JOB, "Pod": POD}
+RESOURCES = {"Job": JOB, "Pod": POD, "PyTorchJob": PYTORCH_JOB.webhook.resource}
 
 
 def merge(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -102,6 +103,8 @@ def test_demo_jobs_are_decided_as_the_examples_say() -> None:
         "prod/train-bert": ("Admit", "Admitted"),
         "prod/eval-bert": ("Pending", "QuotaExceeded"),
         "research/pods-ray": ("Admit", "Admitted"),
+        # examples/training-jobs.yaml: research's nominal is in use when it arrives.
+        "research/pytorchjob-ddp-resnet": ("Pending", "QuotaExceeded"),
     }
     order = list(decisions)
     assert order.index("prod/train-bert") < order.index("research/sweep")
