@@ -81,6 +81,7 @@ def policies(cluster: Cluster) -> Iterator[list[Doc]]:
         for rule in (
             "queue-label",
             "job-suspend",
+            "training-job-suspend",
             "admission-gate",
             "node-name",
             "placement-annotations",
@@ -296,6 +297,60 @@ def test_the_controller_releases_a_held_job_and_evicts_it(cluster: Cluster, tena
     relabel = the_controller(cluster, "label", "job", "release", "-n", tenant, "--overwrite",
                              f"{QUEUE}=other")  # fmt: skip
     assert allowed(relabel), relabel.stderr
+
+
+def test_a_held_pytorchjob_keeps_its_queue_label_and_stays_suspended(
+    cluster: Cluster, operators: None, tenant: str
+) -> None:
+    # alice may edit PyTorchJobs in her namespace, as the training-operator's aggregated
+    # roles would let an editor; the policies still hold a queued one.
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "training-jobs-editor", "namespace": tenant},
+        "rules": [
+            {
+                "apiGroups": ["kubeflow.org"],
+                "resources": ["pytorchjobs"],
+                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            }
+        ],
+    }
+    make(cluster, tenant, role)
+    binding = kubectl(
+        cluster, "create", "rolebinding", "alice-training", "-n", tenant,
+        "--role=training-jobs-editor", "--user=alice",
+    )  # fmt: skip
+    assert binding.returncode == 0, binding.stderr
+    replica = {
+        "replicas": 1,
+        "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "trainer", "resources": {"limits": {GPU: "1"}}}
+        ]}},
+    }  # fmt: skip
+    held = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "held", "labels": {QUEUE: "q"}},
+        "spec": {"runPolicy": {"suspend": True}, "pytorchReplicaSpecs": {"Master": replica}},
+    }
+    make(cluster, tenant, held)
+    eventually(
+        lambda: allowed(alice(cluster, "get", "pytorchjob", "held", "-n", tenant)),
+        timeout=30,
+        what="alice's Role to take effect",
+    )
+    strip = alice(cluster, "label", "pytorchjob", "held", "-n", tenant, f"{QUEUE}-")
+    assert refused(strip, f"{FULLNAME}-queue-label", "queue label"), strip.stderr
+    unsuspend = merge({"spec": {"runPolicy": {"suspend": False}}})
+    result = alice(cluster, "patch", "pytorchjob", "held", "-n", tenant, *unsuspend)
+    assert refused(result, f"{FULLNAME}-training-job-suspend", "queued training job"), result.stderr
+    # The controller's release (kube/kinds/kubeflow.py): unsuspend, gate every template.
+    release = merge({"spec": {"runPolicy": {"suspend": False}, "pytorchReplicaSpecs": {
+        "Master": {"template": {"spec": {"schedulingGates": [{"name": GATE}]}}}
+    }}})  # fmt: skip
+    done = the_controller(cluster, "patch", "pytorchjob", "held", "-n", tenant, *release)
+    assert allowed(done), done.stderr
 
 
 def job_controller_creates(

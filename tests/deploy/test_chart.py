@@ -56,8 +56,8 @@ DEFAULT_KINDS = [
     "Service",
     "Service",
     "ServiceAccount",
-    *["ValidatingAdmissionPolicy"] * 5,  # admission-policies.yaml: one per rule
-    *["ValidatingAdmissionPolicyBinding"] * 5,
+    *["ValidatingAdmissionPolicy"] * 6,  # admission-policies.yaml: one per rule
+    *["ValidatingAdmissionPolicyBinding"] * 6,
 ]
 # Cluster-scoped objects: no namespace.
 CLUSTER_KINDS = (
