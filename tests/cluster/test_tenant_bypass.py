@@ -48,6 +48,8 @@ POD_SET = "queue-controller.io/pod-set"
 # kube-controller-manager's user on the local control plane (its admin kubeconfig): the Job
 # controller creates Jobs' pods as it.
 JOB_CONTROLLER = "kubernetes-admin"
+# The training-operator runs out of cluster with the same admin kubeconfig.
+TRAINING_OPERATOR = "kubernetes-admin"
 EXAMPLES = ROOT / "examples" / "priority-classes"
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
@@ -70,6 +72,7 @@ def policies(cluster: Cluster) -> Iterator[list[Doc]]:
         f"admissionPolicies.namespaceSelector.matchLabels.{ENFORCED}=enforced",
         f"managedJobsNamespaceSelector.matchLabels.{MANAGED}=managed",
         f"admissionPolicies.jobControllerUsers={{{JOB_CONTROLLER}}}",
+        f"admissionPolicies.trainingOperatorUsers={{{TRAINING_OPERATOR}}}",
         "userRoles.enabled=false",
         namespace=SYSTEM,
         release=RELEASE,
@@ -299,15 +302,11 @@ def test_the_controller_releases_a_held_job_and_evicts_it(cluster: Cluster, tena
     assert allowed(relabel), relabel.stderr
 
 
-def test_a_held_pytorchjob_keeps_its_queue_label_and_stays_suspended(
-    cluster: Cluster, operators: None, tenant: str
-) -> None:
-    # alice may edit PyTorchJobs in her namespace, as the training-operator's aggregated
-    # roles would let an editor; the policies still hold a queued one.
+def may_edit_pytorchjobs(cluster: Cluster, namespace: str) -> None:
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": {"name": "training-jobs-editor", "namespace": tenant},
+        "metadata": {"name": "training-jobs-editor", "namespace": namespace},
         "rules": [
             {
                 "apiGroups": ["kubeflow.org"],
@@ -316,30 +315,43 @@ def test_a_held_pytorchjob_keeps_its_queue_label_and_stays_suspended(
             }
         ],
     }
-    make(cluster, tenant, role)
+    make(cluster, namespace, role)
     binding = kubectl(
-        cluster, "create", "rolebinding", "alice-training", "-n", tenant,
+        cluster, "create", "rolebinding", "alice-training", "-n", namespace,
         "--role=training-jobs-editor", "--user=alice",
     )  # fmt: skip
     assert binding.returncode == 0, binding.stderr
-    replica = {
-        "replicas": 1,
-        "template": {"spec": {"containers": [
-            {"name": "pytorch", "image": "trainer", "resources": {"limits": {GPU: "1"}}}
-        ]}},
-    }  # fmt: skip
-    held = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "held", "labels": {QUEUE: "q"}},
-        "spec": {"runPolicy": {"suspend": True}, "pytorchReplicaSpecs": {"Master": replica}},
-    }
-    make(cluster, tenant, held)
     eventually(
-        lambda: allowed(alice(cluster, "get", "pytorchjob", "held", "-n", tenant)),
+        lambda: allowed(alice(cluster, "get", "pytorchjobs", "-n", namespace)),
         timeout=30,
         what="alice's Role to take effect",
     )
+
+
+def pytorchjob(name: str, *, labels: dict[str, str], gpus: int = 1) -> dict[str, Any]:
+    """Held (suspended), so the training-operator makes none of its pods."""
+    replica = {
+        "replicas": 1,
+        "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "trainer",
+             "resources": {"limits": {GPU: str(gpus)} if gpus else {"cpu": "1"}}}
+        ]}},
+    }  # fmt: skip
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"runPolicy": {"suspend": True}, "pytorchReplicaSpecs": {"Master": replica}},
+    }
+
+
+def test_a_held_pytorchjob_keeps_its_queue_label_and_stays_suspended(
+    cluster: Cluster, operators: None, tenant: str
+) -> None:
+    # alice may edit PyTorchJobs in her namespace, as the training-operator's aggregated
+    # roles would let an editor; the policies still hold a queued one.
+    may_edit_pytorchjobs(cluster, tenant)
+    make(cluster, tenant, pytorchjob("held", labels={QUEUE: "q"}))
     strip = alice(cluster, "label", "pytorchjob", "held", "-n", tenant, f"{QUEUE}-")
     assert refused(strip, f"{FULLNAME}-queue-label", "queue label"), strip.stderr
     unsuspend = merge({"spec": {"runPolicy": {"suspend": False}}})
@@ -423,6 +435,39 @@ def test_a_queued_job_in_a_managed_namespace_gets_its_pods(cluster: Cluster, man
     forged["metadata"]["ownerReferences"] = [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "queued", "uid": uid, "controller": True}
     ]
+    result = alice(cluster, "create", "-n", managed, "-f", "-", stdin=as_json(forged))
+    assert refused(result, "managed namespace queue label"), result.stderr
+
+
+def test_a_managed_namespace_queues_training_jobs_and_lets_the_operators_pods_in(
+    cluster: Cluster, operators: None, managed: str
+) -> None:
+    may_edit_pytorchjobs(cluster, managed)
+    free = as_json(pytorchjob("free-gpus", labels={}))
+    result = alice(cluster, "create", "--dry-run=server", "-n", managed, "-f", "-", stdin=free)
+    assert refused(result, f"{FULLNAME}-managed-namespaces", "managed namespace queue label"), (
+        result.stderr
+    )
+    cpu = as_json(pytorchjob("cpu-only", labels={}, gpus=0))
+    made = alice(cluster, "create", "--dry-run=server", "-n", managed, "-f", "-", stdin=cpu)
+    assert allowed(made), made.stderr
+    queued = alice(cluster, "create", "-n", managed, "-f", "-",
+                   stdin=as_json(pytorchjob("queued", labels={QUEUE: "default"})))  # fmt: skip
+    assert allowed(queued), queued.stderr
+    # The operator makes its pods unlabelled, as the job's; alice cannot pass hers off so.
+    uid = json.loads(kubectl(cluster, "get", "pytorchjob", "queued", "-n", managed, "-o",
+                             "json").stdout)["metadata"]["uid"]  # fmt: skip
+    owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "queued",
+             "uid": uid, "controller": True}  # fmt: skip
+    member = pod("queued-master-0", labels={}, gates=(GATE,))
+    member["metadata"]["ownerReferences"] = [owner]
+    made = as_user(
+        cluster, TRAINING_OPERATOR, "create", "--dry-run=server", "-n", managed, "-f", "-",
+        groups=("system:masters",), stdin=as_json(member),
+    )  # fmt: skip
+    assert allowed(made), made.stderr
+    forged = pod("forged", labels={})
+    forged["metadata"]["ownerReferences"] = [owner]
     result = alice(cluster, "create", "-n", managed, "-f", "-", stdin=as_json(forged))
     assert refused(result, "managed namespace queue label"), result.stderr
 
