@@ -201,10 +201,17 @@ def test_a_pytorchjob_preempted_by_a_job_is_suspended_requeued_and_admitted_agai
     why = condition(evicted, "Evicted")
     assert why is not None
     assert why["reason"] == "Preempted"
-    victim = custom.get_namespaced_custom_object(
-        "kubeflow.org", "v1", namespace, "pytorchjobs", "victim"
+    # The eviction is recorded first, then the job is suspended through its kind.
+    eventually(
+        lambda: (
+            custom.get_namespaced_custom_object(
+                "kubeflow.org", "v1", namespace, "pytorchjobs", "victim"
+            )["spec"]["runPolicy"]["suspend"]
+            is True
+        ),
+        timeout=30,
+        what="the PyTorchJob suspended again",
     )
-    assert victim["spec"]["runPolicy"]["suspend"] is True
     eventually(lambda: objects.phase("urgent", "Running"), timeout=60, what="the Job running")
     eventually(lambda: objects.phase("urgent", "Finished"), timeout=60, what="the Job finished")
     readmitted = eventually(
