@@ -16,9 +16,9 @@ from typing import Literal, Protocol, TypeVar
 
 from queue_controller.core.model import PodSet
 from queue_controller.errors import InputError
-from queue_controller.kube.fields import Obj
+from queue_controller.kube.fields import Obj, objects
 from queue_controller.kube.resources import Resource
-from queue_controller.kube.views import MemberPod, Ref, Write
+from queue_controller.kube.views import MemberPod, Ref, Write, ref_of
 
 QUEUE_LABEL = "queue-controller.io/queue"
 # Kueue's label, accepted so teams can move over without relabelling.
@@ -108,6 +108,57 @@ class KindGang:
     # Where events about the gang are posted besides its PodGroup.
     about: Ref | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def finished_by(head: Obj, conditions: tuple[str, str]) -> tuple[bool, bool]:
+    """(finished, succeeded), from the head's first true condition of the two types,
+    success first (a Job's Complete and Failed, a training job's Succeeded and Failed)."""
+    for condition in objects(head, "status.conditions"):
+        if condition.get("status") == "True" and condition.get("type") in conditions:
+            return True, condition.get("type") == conditions[0]
+    return False, False
+
+
+def head_gang(
+    resource: Resource,
+    *,
+    namespace: str,
+    name: str,
+    head: Obj,
+    members: Sequence[MemberPod],
+    facts: KindFacts,
+    created: float | None,
+    labels: Mapping[str, str],
+) -> KindGang:
+    """The gang a head object makes (a Job, a PyTorchJob): events about it go to the head."""
+    head_ref = ref_of(resource, head)
+    return KindGang(
+        namespace=namespace,
+        name=name,
+        head=head,
+        head_ref=head_ref,
+        members=members,
+        facts=facts,
+        created=created or 0.0,
+        about=head_ref,
+        labels=labels,
+    )
+
+
+def head_owner(resource: Resource, gang: KindGang) -> list[Obj]:
+    """The PodGroup's owner reference to the gang's head: it goes when the head goes, and
+    blockOwnerDeletion holds the head's deletion until the PodGroup is gone."""
+    assert gang.head_ref is not None
+    return [
+        {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "name": gang.name,
+            "uid": gang.head_ref.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
 
 
 class WorkloadKind(Protocol):

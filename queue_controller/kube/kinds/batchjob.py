@@ -25,7 +25,6 @@ from queue_controller.kube.fields import (
     MAX_GANG_MEMBERS,
     Obj,
     get,
-    objects,
     strings,
     timestamp,
     whole_number,
@@ -36,6 +35,9 @@ from queue_controller.kube.kinds.base import (
     Membership,
     RbacRule,
     WebhookRule,
+    finished_by,
+    head_gang,
+    head_owner,
     queue_name,
     read_or,
 )
@@ -43,7 +45,7 @@ from queue_controller.kube.kinds.managed import raw_mapping
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, JOB, Resource
-from queue_controller.kube.views import Delete, MemberPod, Patch, Write, ref_of
+from queue_controller.kube.views import Delete, MemberPod, Patch, Write
 
 FINISHED_CONDITIONS = ("Complete", "Failed")
 # Volcano users set a gang's minimum on the job itself; the PodGroup then carries it.
@@ -63,14 +65,6 @@ def _whole_number(obj: Obj, annotation: str, maximum: int) -> int | None:
     if raw is None:
         return None
     return whole_number(raw, field=f"metadata.annotations[{annotation}]", maximum=maximum)
-
-
-def _finished(head: Obj) -> tuple[bool, bool]:
-    """(finished, succeeded), from the Job's conditions."""
-    for condition in objects(head, "status.conditions"):
-        if condition.get("status") == "True" and condition.get("type") in FINISHED_CONDITIONS:
-            return True, condition.get("type") == "Complete"
-    return False, False
 
 
 def _gang_size(head: Obj) -> tuple[int, int]:
@@ -140,7 +134,9 @@ class BatchJob:
         assert head is not None, "a Job gang is read from its Job"
         labels = strings(head, "metadata.labels")  # read already, to find it queued
         errors: list[str] = []
-        finished, succeeded = read_or(lambda: _finished(head), (False, False), errors)
+        finished, succeeded = read_or(
+            lambda: finished_by(head, FINISHED_CONDITIONS), (False, False), errors
+        )
         facts = read_or(lambda: self._facts(head, members, finished, succeeded), None, errors)
         if facts is None:
             # Whatever else cannot be read makes the gang InvalidSpec, on its own.
@@ -152,19 +148,17 @@ class BatchJob:
                 succeeded=succeeded,
                 spec_error=errors[-1],
             )
-        head_ref = ref_of(JOB, head)
         created = read_or(lambda: timestamp(head, "metadata.creationTimestamp"), None, errors)
         if errors and not facts.spec_error:
             facts = replace(facts, spec_error=errors[0])
-        return KindGang(
+        return head_gang(
+            JOB,
             namespace=namespace,
             name=name,
             head=head,
-            head_ref=head_ref,
             members=members,
             facts=facts,
-            created=created or 0.0,
-            about=head_ref,
+            created=created,
             labels=labels,
         )
 
@@ -243,14 +237,4 @@ class BatchJob:
         return name
 
     def pod_group_owners(self, gang: KindGang) -> list[Obj]:
-        assert gang.head_ref is not None
-        return [
-            {
-                "apiVersion": JOB.api_version,
-                "kind": JOB.kind,
-                "name": gang.name,
-                "uid": gang.head_ref.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
+        return head_owner(JOB, gang)

@@ -23,13 +23,16 @@ from dataclasses import replace
 
 from queue_controller.core.model import PodSet
 from queue_controller.errors import InputError
-from queue_controller.kube.fields import MAX_GANG_MEMBERS, Obj, get, objects, strings, timestamp
+from queue_controller.kube.fields import MAX_GANG_MEMBERS, Obj, get, strings, timestamp
 from queue_controller.kube.kinds.base import (
     KindFacts,
     KindGang,
     Membership,
     RbacRule,
     WebhookRule,
+    finished_by,
+    head_gang,
+    head_owner,
     queue_name,
     read_or,
 )
@@ -37,7 +40,7 @@ from queue_controller.kube.kinds.managed import raw_mapping
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, Resource
-from queue_controller.kube.views import Delete, MemberPod, Patch, Write, ref_of
+from queue_controller.kube.views import Delete, MemberPod, Patch, Write
 
 API_VERSION = "kubeflow.org/v1"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
@@ -96,7 +99,9 @@ class TrainingJob:
         assert head is not None, f"a {self.name} gang is read from its {self.name}"
         labels = strings(head, "metadata.labels")
         errors: list[str] = []
-        finished, succeeded = read_or(lambda: _finished(head), (False, False), errors)
+        finished, succeeded = read_or(
+            lambda: finished_by(head, FINISHED_CONDITIONS), (False, False), errors
+        )
         held = read_or(lambda: get(head, "spec.runPolicy.suspend", bool, False), False, errors)
         no_sets: tuple[PodSet, ...] = ()
         pod_sets = read_or(lambda: self._pod_sets(head), no_sets, errors)
@@ -111,17 +116,15 @@ class TrainingJob:
             uncreated_members=0 if finished else max(0, total - sum(p.made for p in members)),
             spec_error=errors[0] if errors else "",
         )
-        head_ref = ref_of(self._resource, head)
         created = read_or(lambda: timestamp(head, "metadata.creationTimestamp"), None, [])
-        return KindGang(
+        return head_gang(
+            self._resource,
             namespace=namespace,
             name=name,
             head=head,
-            head_ref=head_ref,
             members=members,
             facts=facts,
-            created=created or 0.0,
-            about=head_ref,
+            created=created,
             labels=labels,
         )
 
@@ -220,25 +223,7 @@ class TrainingJob:
         return f"{self.name.lower()}-{name}"
 
     def pod_group_owners(self, gang: KindGang) -> list[Obj]:
-        assert gang.head_ref is not None
-        return [
-            {
-                "apiVersion": API_VERSION,
-                "kind": self.name,
-                "name": gang.name,
-                "uid": gang.head_ref.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-
-
-def _finished(head: Obj) -> tuple[bool, bool]:
-    """(finished, succeeded), from the job's conditions."""
-    for condition in objects(head, "status.conditions"):
-        if condition.get("status") == "True" and condition.get("type") in FINISHED_CONDITIONS:
-            return True, condition.get("type") == "Succeeded"
-    return False, False
+        return head_owner(self._resource, gang)
 
 
 PYTORCH_JOB = TrainingJob("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs")
