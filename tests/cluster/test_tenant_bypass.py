@@ -85,6 +85,7 @@ def policies(cluster: Cluster) -> Iterator[list[Doc]]:
             "queue-label",
             "job-suspend",
             "training-job-suspend",
+            "ray-suspend",
             "admission-gate",
             "node-name",
             "placement-annotations",

@@ -20,6 +20,7 @@ RULES = (
     "queue-label",
     "job-suspend",
     "training-job-suspend",
+    "ray-suspend",
     "admission-gate",
     "node-name",
     "placement-annotations",
@@ -78,7 +79,7 @@ def test_the_controllers_account_is_rendered_from_the_release() -> None:
 def test_policies_use_the_controllers_own_names() -> None:
     """The labels, gate and annotation in the CEL are the ones the code uses."""
     found = {name.rpartition("queue-controller-")[2]: p for name, p in policies(render()).items()}
-    for rule in ("queue-label", "job-suspend", "training-job-suspend", "node-name"):
+    for rule in ("queue-label", "job-suspend", "training-job-suspend", "ray-suspend", "node-name"):
         text = expressions(found[rule])
         assert all(f"'{label}'" in text for label in QUEUE_LABELS), rule
     assert f"'{ADMISSION_GATE}'" in expressions(found["admission-gate"])

@@ -56,8 +56,8 @@ DEFAULT_KINDS = [
     "Service",
     "Service",
     "ServiceAccount",
-    *["ValidatingAdmissionPolicy"] * 6,  # admission-policies.yaml: one per rule
-    *["ValidatingAdmissionPolicyBinding"] * 6,
+    *["ValidatingAdmissionPolicy"] * 7,  # admission-policies.yaml: one per rule
+    *["ValidatingAdmissionPolicyBinding"] * 7,
 ]
 # Cluster-scoped objects: no namespace.
 CLUSTER_KINDS = (

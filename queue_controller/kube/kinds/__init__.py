@@ -25,8 +25,14 @@ from queue_controller.kube.kinds.base import (
 )
 from queue_controller.kube.kinds.batchjob import BatchJob
 from queue_controller.kube.kinds.kubeflow import TRAINING_JOBS
-from queue_controller.kube.kinds.managed import DEFAULT_QUEUE, asks_for_accelerator, merge
+from queue_controller.kube.kinds.managed import (
+    DEFAULT_QUEUE,
+    asks_for_accelerator,
+    merge,
+    raw_mapping,
+)
 from queue_controller.kube.kinds.plainpods import PlainPods
+from queue_controller.kube.kinds.ray import RayClusterKind, RayJobKind
 from queue_controller.kube.resources import CORE, POD, Resource
 from queue_controller.kube.views import MemberPod, member_pod
 
@@ -52,10 +58,17 @@ __all__ = [
     "rbac_rules",
 ]
 
-# The training-operator's jobs before plain pods: their pods are theirs, whatever labels
-# the templates gave them.
+# A RayJob first: the pods it labels at release are its own, though a RayCluster or
+# (its submitter's) a Job owns them.  The training-operator's jobs and RayClusters before
+# plain pods: their pods are theirs, whatever labels the templates gave them.
 PLAIN_PODS = PlainPods()
-KINDS: tuple[WorkloadKind, ...] = (BatchJob(), *TRAINING_JOBS, PLAIN_PODS)
+KINDS: tuple[WorkloadKind, ...] = (
+    RayJobKind(),
+    BatchJob(),
+    *TRAINING_JOBS,
+    RayClusterKind(),
+    PLAIN_PODS,
+)
 
 BY_NAME: Mapping[str, WorkloadKind] = {kind.name: kind for kind in KINDS}
 BY_HEAD: Mapping[str, WorkloadKind] = {
@@ -160,18 +173,34 @@ def hold_at_creation(resource: Resource, obj: Obj) -> Obj:
     return kind.hold_at_creation(obj)
 
 
+def _made_by_a_head(obj: Obj) -> bool:
+    """Whether ``obj``'s controlling owner is another kind's head (a RayJob makes a Job
+    and a RayCluster): it is part of that gang, never queued on its own."""
+    refs = raw_mapping(obj, "metadata").get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            kind = BY_HEAD.get(str(ref.get("kind")))
+            head = kind.head if kind is not None else None
+            if head is not None and ref.get("apiVersion") == head.api_version:
+                return True
+    return False
+
+
 def queue_by_default(resource: Resource, obj: Obj) -> Obj:
     """What the webhook adds to a new object of ``resource`` without a queue label in a
     managed namespace (kinds/managed.py): ``{}`` when it is not ours to queue.
 
-    Ours: an object of a known kind (a Job, a PyTorchJob and kin; a Pod no other kind
-    claims, so never a Job's pod) that asks for an accelerator in any of its
-    templates.  It gets the queue label ``default`` and the hold its kind gives every
-    queued object.  The namespace is the caller's to
-    check: this says what to do *if* it is managed.
+    Ours: an object of a known kind (a Job, a PyTorchJob and kin, a RayJob or
+    RayCluster; a Pod no other kind claims, so never a Job's pod) that asks for an
+    accelerator in any of its templates and is not made by another kind's head (a
+    RayJob's submitter Job and cluster are the RayJob's).  It gets the queue label
+    ``default`` and the hold its kind gives every queued object.  The namespace is the
+    caller's to check: this says what to do *if* it is managed.
     """
     if queue_name(strings(obj, "metadata.labels")):
         return {}  # labelled: hold_at_creation, by the kind's own webhook
+    if _made_by_a_head(obj):
+        return {}  # a part of a queued gang (a RayJob's submitter Job or RayCluster)
     kind = PLAIN_PODS if resource == POD else BY_HEAD.get(resource.kind)
     if kind is None or not any(asks_for_accelerator(s) for s in kind.pod_specs(obj)):
         return {}
