@@ -92,6 +92,11 @@ class KindFacts:
     # Members placed together, when the kind says (a pod group's total count); else
     # the sum of its pod sets' min_count.  Written to the PodGroup's minMember.
     gang_size: int | None = None
+    # Pod sets whose members the kind's controller makes only once the rest of the gang
+    # runs (a RayJob's submitter, made when its cluster is ready).  Planned and charged
+    # with the rest, but the gang is whole without them: binding, which waits for the
+    # whole gang, would otherwise wait for them for ever.  They are bound as they come.
+    later_pod_sets: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -159,6 +159,9 @@ class RayJobKind:
             succeeded=finished and outcome == "SUCCEEDED",
             uncreated_members=0 if finished else max(0, total - sum(p.made for p in members)),
             spec_error=errors[0] if errors else "",
+            # KubeRay makes the submitter once the cluster is ready, which it is not
+            # before its members are bound.
+            later_pod_sets=frozenset({SUBMITTER}),
         )
         created = read_or(lambda: timestamp(head, "metadata.creationTimestamp"), None, [])
         return head_gang(
