@@ -14,8 +14,9 @@ from queue_controller.core.rules import pod_request
 from queue_controller.kube import kinds
 from queue_controller.kube.kinds.ray import RAY_JOB_LABEL, RayClusterKind, RayJobKind
 from queue_controller.kube.kinds.ray.job import default_submitter
-from queue_controller.kube.resources import ADMISSION_GATE, JOB, POD
+from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL, JOB, POD
 from queue_controller.kube.views import Delete, Patch, member_pod
+from tests.unit.test_apply import cluster
 from tests.unit.test_lifecycle import iso, plan
 
 RAY_JOB = RayJobKind()
@@ -429,3 +430,89 @@ def test_through_translation_and_the_planner_a_rayjob_gets_its_pod_group() -> No
     assert create.body["metadata"]["name"] == "raycluster-serve"
     # The cluster KubeRay made for a RayJob gets none.
     assert not [a for a in plan(raycluster(owner="RayJob")) if isinstance(a, act.CreatePodGroup)]
+
+
+def _gated_pod(name: str, owner: str, labels: dict[str, str]) -> dict[str, Any]:
+    member = ray_pod(
+        owner, {**labels, RAY_JOB_LABEL: "tune"}, "batch/v1" if owner == "Job" else "ray.io/v1"
+    )
+    member["metadata"].update(name=name, uid=f"uid-{name}", resourceVersion="12")
+    member["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]
+    member["status"] = {"phase": "Pending"}
+    return member
+
+
+def test_an_admitted_rayjobs_cluster_is_bound_before_its_submitter_exists() -> None:
+    # KubeRay makes the submitter only once the cluster is ready: were the gang whole only
+    # with it, no member would ever be bound (found on the real KubeRay).
+    plan_by_set = {"head": {"n1": 1}, "small": {"n2": 2}, "big": {"n3": 1}, "submitter": {"n1": 1}}
+    admitted = {
+        "apiVersion": "queue-controller.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "rayjob-tune",
+            "namespace": "ns",
+            "resourceVersion": "11",
+            "labels": {"queue-controller.io/workload-kind": "RayJob"},
+            "ownerReferences": [{"kind": "RayJob", "name": "tune", "uid": "uid-tune"}],
+        },
+        "spec": {"queue": "q", "minMember": 5},
+        "status": {
+            "phase": "Admitted",
+            "placement": {"n1": 2, "n2": 2, "n3": 1},
+            "podSetPlacement": plan_by_set,
+            "admittedAt": iso(5),
+        },
+    }
+    c = cluster(
+        rayjob(suspend=False),
+        admitted,
+        _gated_pod("head", "RayCluster", HEAD_LABELS),
+        _gated_pod("small-a", "RayCluster", WORKER_LABELS),
+        _gated_pod("small-b", "RayCluster", WORKER_LABELS),
+        _gated_pod("big", "RayCluster", {"ray.io/node-type": "worker", "ray.io/group": "big"}),
+    )
+    c.cycle()
+
+    def node_of(name: str) -> str | None:
+        held = c.held("Pod", name)["spec"]
+        assert not held.get("schedulingGates")
+        return str(held["nodeSelector"][HOSTNAME_LABEL])
+
+    assert {n: node_of(n) for n in ("head", "small-a", "small-b", "big")} == {
+        "head": "n1",
+        "small-a": "n2",
+        "small-b": "n2",
+        "big": "n3",
+    }
+    # The submitter comes once the cluster runs, and goes where it was planned.
+    submitter = _gated_pod("submit", "Job", {})
+    c.fake.seed(submitter)
+    c.state.upsert(submitter)
+    for name in ("head", "small-a", "small-b", "big"):
+        c.watch("Pod", name)
+    c.cycle()
+    assert node_of("submit") == "n1"
+
+
+def test_topology_and_dra_claims_are_read_from_each_groups_template() -> None:
+    spec = cluster_spec()
+    rack = "cloud.provider.com/rack"
+    spec["workerGroupSpecs"][1]["template"]["metadata"] = {
+        "annotations": {"kueue.x-k8s.io/podset-required-topology": rack}
+    }
+    claim = {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+    spec["workerGroupSpecs"][0]["template"]["spec"]["resourceClaims"] = [claim]
+    _head, small, big, _submitter = read(rayjob(rayClusterSpec=spec)).facts.pod_sets
+    assert big.topology is not None
+    assert (big.topology.mode.name, big.topology.level) == ("REQUIRED", rack)
+    assert small.topology is None
+    assert [c.name for c in small.template.resource_claims] == ["gpu"]
+    # Written wrong, the annotation is named in the gang's own error.
+    spec["workerGroupSpecs"][1]["template"]["metadata"]["annotations"][
+        "kueue.x-k8s.io/podset-slice-size"
+    ] = "many"
+    facts = read(rayjob(rayClusterSpec=spec)).facts
+    assert "spec.rayClusterSpec.workerGroupSpecs[1].template.metadata.annotations" in (
+        facts.spec_error
+    )
