@@ -48,8 +48,9 @@ POD_SET = "queue-controller.io/pod-set"
 # kube-controller-manager's user on the local control plane (its admin kubeconfig): the Job
 # controller creates Jobs' pods as it.
 JOB_CONTROLLER = "kubernetes-admin"
-# The training-operator runs out of cluster with the same admin kubeconfig.
+# The training-operator and KubeRay run out of cluster with the same admin kubeconfig.
 TRAINING_OPERATOR = "kubernetes-admin"
+KUBERAY = "kubernetes-admin"
 EXAMPLES = ROOT / "examples" / "priority-classes"
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
@@ -73,6 +74,7 @@ def policies(cluster: Cluster) -> Iterator[list[Doc]]:
         f"managedJobsNamespaceSelector.matchLabels.{MANAGED}=managed",
         f"admissionPolicies.jobControllerUsers={{{JOB_CONTROLLER}}}",
         f"admissionPolicies.trainingOperatorUsers={{{TRAINING_OPERATOR}}}",
+        f"admissionPolicies.kuberayUsers={{{KUBERAY}}}",
         "userRoles.enabled=false",
         namespace=SYSTEM,
         release=RELEASE,
@@ -470,6 +472,130 @@ def test_a_managed_namespace_queues_training_jobs_and_lets_the_operators_pods_in
     forged = pod("forged", labels={})
     forged["metadata"]["ownerReferences"] = [owner]
     result = alice(cluster, "create", "-n", managed, "-f", "-", stdin=as_json(forged))
+    assert refused(result, "managed namespace queue label"), result.stderr
+
+
+def may_edit_ray(cluster: Cluster, namespace: str) -> None:
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "ray-editor", "namespace": namespace},
+        "rules": [
+            {
+                "apiGroups": ["ray.io"],
+                "resources": ["rayjobs", "rayclusters"],
+                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            }
+        ],
+    }
+    make(cluster, namespace, role)
+    binding = kubectl(
+        cluster, "create", "rolebinding", "alice-ray", "-n", namespace, "--role=ray-editor",
+        "--user=alice",
+    )  # fmt: skip
+    assert binding.returncode == 0, binding.stderr
+    eventually(
+        lambda: allowed(alice(cluster, "get", "rayjobs", "-n", namespace)),
+        timeout=30,
+        what="alice's Role to take effect",
+    )
+
+
+def ray_cluster_spec(gpus: int = 1) -> dict[str, Any]:
+    limits = {GPU: str(gpus)} if gpus else {"cpu": "1"}
+    template = {"spec": {"containers": [
+        {"name": "ray", "image": "ray", "resources": {"limits": limits}}]}}  # fmt: skip
+    return {
+        "headGroupSpec": {"rayStartParams": {}, "template": template},
+        "workerGroupSpecs": [
+            {"groupName": "gpu", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
+             "rayStartParams": {}, "template": template}
+        ],
+    }  # fmt: skip
+
+
+def ray(kind: str, name: str, *, labels: dict[str, str], gpus: int = 1) -> dict[str, Any]:
+    """Held (suspended), so KubeRay makes nothing of it."""
+    spec: dict[str, Any] = {"suspend": True}
+    if kind == "RayJob":
+        spec.update(entrypoint="python x.py", shutdownAfterJobFinishes=True,
+                    rayClusterSpec=ray_cluster_spec(gpus))  # fmt: skip
+    else:
+        spec.update(ray_cluster_spec(gpus))
+    return {"apiVersion": "ray.io/v1", "kind": kind, "metadata": {"name": name, "labels": labels},
+            "spec": spec}  # fmt: skip
+
+
+def test_a_held_rayjob_or_raycluster_keeps_its_queue_label_and_stays_suspended(
+    cluster: Cluster, operators: None, tenant: str
+) -> None:
+    may_edit_ray(cluster, tenant)
+    for kind in ("RayJob", "RayCluster"):
+        name = kind.lower()
+        make(cluster, tenant, ray(kind, "held", labels={KUEUE: "q"}))
+        strip = alice(cluster, "label", name, "held", "-n", tenant, f"{KUEUE}-")
+        assert refused(strip, f"{FULLNAME}-queue-label", "queue label"), strip.stderr
+        unsuspend = merge({"spec": {"suspend": False}})
+        result = alice(cluster, "patch", name, "held", "-n", tenant, *unsuspend)
+        assert refused(result, f"{FULLNAME}-ray-suspend", "queued Ray unsuspend"), result.stderr
+        # Suspending is anyone's right; so is the controller's release.
+        done = the_controller(cluster, "patch", name, "held", "-n", tenant, *unsuspend)
+        assert allowed(done), done.stderr
+        again = alice(
+            cluster, "patch", name, "held", "-n", tenant, *merge({"spec": {"suspend": True}})
+        )
+        assert allowed(again), again.stderr
+
+
+def test_a_managed_namespace_queues_ray_work_and_lets_only_kuberay_make_a_rayjobs_parts(
+    cluster: Cluster, operators: None, managed: str
+) -> None:
+    may_edit_ray(cluster, managed)
+    for kind in ("RayJob", "RayCluster"):
+        free = as_json(ray(kind, "free-gpus", labels={}))
+        result = alice(cluster, "create", "--dry-run=server", "-n", managed, "-f", "-", stdin=free)
+        assert refused(result, f"{FULLNAME}-managed-namespaces", "managed namespace queue label"), (
+            result.stderr
+        )
+        cpu = as_json(ray(kind, "cpu-only", labels={}, gpus=0))
+        made = alice(cluster, "create", "--dry-run=server", "-n", managed, "-f", "-", stdin=cpu)
+        assert allowed(made), made.stderr
+    queued = alice(cluster, "create", "-n", managed, "-f", "-",
+                   stdin=as_json(ray("RayJob", "queued", labels={QUEUE: "default"})))  # fmt: skip
+    assert allowed(queued), queued.stderr
+    uid = json.loads(kubectl(cluster, "get", "rayjob", "queued", "-n", managed, "-o",
+                             "json").stdout)["metadata"]["uid"]  # fmt: skip
+    owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "queued", "uid": uid,
+             "controller": True}  # fmt: skip
+    # KubeRay makes the RayJob's cluster (with its labels) and its submitter Job; a tenant
+    # who made such a cluster herself would have one the queue leaves to its RayJob.
+    made_cluster = ray("RayCluster", "queued-x7k2p", labels={QUEUE: "default"})
+    made_cluster["metadata"]["ownerReferences"] = [owner]
+    submitter = job("queued", queue="", gpus=1, pods=1, nodes=h100(7), suspend=False)
+    del submitter["metadata"]["labels"]
+    submitter["metadata"]["ownerReferences"] = [owner]
+    for body in (made_cluster, submitter):
+        made = as_user(
+            cluster, KUBERAY, "create", "--dry-run=server", "-n", managed, "-f", "-",
+            groups=("system:masters",), stdin=as_json(body),
+        )  # fmt: skip
+        assert allowed(made), made.stderr
+    forged = alice(cluster, "create", "--dry-run=server", "-n", managed, "-f", "-",
+                   stdin=as_json(made_cluster))  # fmt: skip
+    assert refused(forged, "managed namespace queue label"), forged.stderr
+    # The cluster's pods, made by KubeRay unlabelled; alice cannot pass hers off so.
+    member = pod("queued-x7k2p-head", labels={}, gates=(GATE,))
+    member["metadata"]["ownerReferences"] = [
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "queued-x7k2p",
+         "uid": "0c7c2b4e-5b1a-4c1e-9f8e-2f9d0f6b1a11", "controller": True}
+    ]  # fmt: skip
+    made = as_user(
+        cluster, KUBERAY, "create", "--dry-run=server", "-n", managed, "-f", "-",
+        groups=("system:masters",), stdin=as_json(member),
+    )  # fmt: skip
+    assert allowed(made), made.stderr
+    result = alice(cluster, "create", "--dry-run=server", "-n", managed, "-f", "-",
+                   stdin=as_json(member))  # fmt: skip
     assert refused(result, "managed namespace queue label"), result.stderr
 
 
