@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP) cluster-build  ## The main job: local GPU cluster + controller (and the training-operator); example gangs queued and admitted
-	deploy/local-cluster/operators/build.sh training-operator
+run: $(STAMP) cluster-build  ## The main job: local GPU cluster + controller (and KubeRay, the training-operator); example gangs queued and admitted
+	deploy/local-cluster/operators/build.sh kuberay training-operator
 	$(BIN)/queue-controller local-cluster demo
 
 plan: $(STAMP)  ## Plan admission offline over the bundled example cluster dump

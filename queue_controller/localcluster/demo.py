@@ -25,7 +25,7 @@ from queue_controller.nodepools import NodePools
 
 LEASE_NAMESPACE = "queue-controller-system"
 # Built by `make run` (deploy/local-cluster/operators/build.sh).
-DEMO_OPERATORS = ("training-operator",)
+DEMO_OPERATORS = ("kuberay", "training-operator")
 Report = Callable[[str], None]
 
 
@@ -50,7 +50,8 @@ class Demo:
         self.cluster, self.root, self.report = cluster, root, report
 
     def run(self, pools: NodePools, *, watch_seconds: float, gap_seconds: float = 1.0) -> None:
-        # The training-operator runs the demo's PyTorchJob (examples/training-jobs.yaml).
+        # The operators run the demo's RayJobs and PyTorchJob (examples/ray-jobs.yaml,
+        # examples/training-jobs.yaml).
         self.cluster.up(pools, operators=DEMO_OPERATORS)
         self._install()
         self.start_controller()
@@ -65,6 +66,8 @@ class Demo:
             "  kubectl describe podgroup -n research pretrain-llm\n"
             "  kubectl get pytorchjobs -n research; "
             "kubectl describe podgroup -n research pytorchjob-ddp-resnet\n"
+            "  kubectl get rayjobs,rayclusters -n research; "
+            "kubectl describe podgroup -n research rayjob-tune-too-big\n"
             "  .venv/bin/queue-controller history --db "
             f"sqlite:///{self.cluster.layout.state_dir / 'journal.db'}\n"
             "Stop everything with `make cluster-down`."
@@ -149,9 +152,9 @@ class Demo:
     def _submit(self, gap_seconds: float) -> None:
         # The Jobs, then a plain Pod gang made pod by pod, as an operator makes one, then
         # the gangs that must stay within one NVLink clique, then Jobs claiming GPUs by DRA,
-        # then a PyTorchJob, which the training-operator runs once it is admitted.
+        # then a PyTorchJob and two RayJobs, which their operators run once admitted.
         files = ("jobs.yaml", "pod-gang.yaml", "topology-jobs.yaml", "dra-jobs.yaml")
-        for name in (*files, "training-jobs.yaml"):
+        for name in (*files, "training-jobs.yaml", "ray-jobs.yaml"):
             path = self.root / "examples" / name
             self.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=true")
             for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):

@@ -57,7 +57,12 @@ def _decide(objects: list[dict[str, Any]]) -> dict[str, Decision]:
     return {d.workload: d for d in schedule(snapshot).decisions}
 
 
-RESOURCES = {"Job": JOB, "Pod": POD, "PyTorchJob": PYTORCH_JOB.webhook.resource}
+RESOURCES = {
+    "Job": JOB,
+    "Pod": POD,
+    "PyTorchJob": PYTORCH_JOB.webhook.resource,
+    "RayJob": kinds.by_name("RayJob").webhook.resource,
+}
 
 
 def merge(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +110,9 @@ def test_demo_jobs_are_decided_as_the_examples_say() -> None:
         "research/pods-ray": ("Admit", "Admitted"),
         # examples/training-jobs.yaml: research's nominal is in use when it arrives.
         "research/pytorchjob-ddp-resnet": ("Pending", "QuotaExceeded"),
+        # examples/ray-jobs.yaml, the same; tune-too-big waits NoNodeFit once it is not.
+        "research/rayjob-tune-sweep": ("Pending", "QuotaExceeded"),
+        "research/rayjob-tune-too-big": ("Pending", "QuotaExceeded"),
     }
     order = list(decisions)
     assert order.index("prod/train-bert") < order.index("research/sweep")
