@@ -51,10 +51,25 @@ class Injection:
     notes: list[str] = field(default_factory=list)
 
 
+def too_many(gang: GangSeen, deleted: int, *, field: str) -> None:
+    """Refuse to delete more bound members of a Job than its backoffLimit allows: that
+    would fail the Job itself, and the run would judge the Job controller, not ours.
+    Other kinds' operators make deleted members again without counting a failure."""
+    if gang.kind != "Job":
+        return
+    backoff = get(gang.head or {}, "spec.backoffLimit", int, 6)
+    if deleted > backoff:
+        raise InputError(
+            f"deleting {deleted} bound members would fail {gang.what} "
+            f"(its backoffLimit is {backoff}); raise it, or inject before its members bind",
+            field=field,
+        )
+
+
 def holding(gang: GangSeen) -> None:
     if gang.phase not in ("Admitted", "Running"):
         raise InputError(
-            f"Job {gang.namespace}/{gang.name} is not admitted (its PodGroup is "
+            f"{gang.what} is not admitted (its PodGroup is "
             f"{gang.phase or 'not made yet'}): nothing to break",
             field="--job",
         )
@@ -65,13 +80,11 @@ def gang_node(gang: GangSeen, node: str | None) -> str:
     on = sorted({m.node for m in gang.live if m.node})
     if node is None:
         if not on:
-            raise InputError(
-                f"Job {gang.namespace}/{gang.name} has no member on a node", field="--job"
-            )
+            raise InputError(f"{gang.what} has no member on a node", field="--job")
         return on[0]
     if node not in on:
         raise InputError(
-            f"Node {node} holds no member of Job {gang.namespace}/{gang.name} "
+            f"Node {node} holds no member of {gang.what} "
             f"(they are on {', '.join(on) or 'no node'})",
             field="--node",
         )
@@ -240,17 +253,11 @@ def gpu_steal(
     planned = gang.placement.get(name, 0)
     if not bound and not planned:
         raise InputError(
-            f"Job {gang.namespace}/{gang.name} has no member planned on Node {name} "
+            f"{gang.what} has no member planned on Node {name} "
             f"(its placement: {', '.join(sorted(gang.placement)) or 'none'})",
             field="--node",
         )
-    backoff = get(gang.job or {}, "spec.backoffLimit", int, 6)
-    if len(bound) > backoff:
-        raise InputError(
-            f"deleting {len(bound)} bound members would fail Job {gang.namespace}/{gang.name} "
-            f"(its backoffLimit is {backoff}); raise it, or inject before its members bind",
-            field="--job",
-        )
+    too_many(gang, len(bound), field="--job")
     leaving = [f"{gang.namespace}/{m.name}" for m in bound]
     free = free_gpus(node, pods, leaving=leaving)
     if free <= 0:

@@ -2,8 +2,10 @@
 
 Every poll lists the cluster once (as ``check`` does) and reads the gang from
 the same objects, so the timeline and the invariants agree on what was seen.
-Whether the gang gave its quota back is counted from its objects (its Job
-suspended, no member left alive), not taken from the controller's status.
+Whether the gang gave its quota back is counted from its objects (its head
+suspended, no member left alive), not taken from the controller's status.  A gang
+is any kind's with a head (a Job, a PyTorchJob, a RayJob...): its members are the
+pods the kind claims, read as the controller reads them (kube/pieces).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from queue_controller.errors import InputError
 from queue_controller.kube import gateway as gw
-from queue_controller.kube.fields import Obj, get, objects, strings
+from queue_controller.kube import kinds, pieces
+from queue_controller.kube.fields import Obj, get, objects
 from queue_controller.kube.snapshot import Located
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -37,21 +41,45 @@ class Member:
 
 @dataclass(frozen=True, slots=True)
 class GangSeen:
-    """One gang (a batch Job and its PodGroup) at one poll."""
+    """One gang (its head: a Job, a PyTorchJob, a RayJob...; its PodGroup; its member
+    pods) at one poll."""
 
     namespace: str
     name: str
-    job: Obj | None
+    head: Obj | None
     group: Obj | None
     members: tuple[Member, ...]
+    kind: str = "Job"  # the workload kind's name (kube/kinds)
+
+    @property
+    def what(self) -> str:
+        """How messages name it: ``Job ns/name``, ``RayJob ns/name``."""
+        return f"{self.kind} {self.namespace}/{self.name}"
 
     @property
     def phase(self) -> str:
         return get(self.group, "status.phase", str, "") if self.group else ""
 
     @property
+    def group_name(self) -> str:
+        return kinds.by_name(self.kind).pod_group_name(self.name)
+
+    @property
     def suspended(self) -> bool:
-        return self.job is not None and get(self.job, "spec.suspend", bool, False)
+        """Held by its kind (a Job's or a RayJob's spec.suspend, a PyTorchJob's runPolicy)."""
+        if self.head is None:
+            return False
+        kind = kinds.by_name(self.kind)
+        try:
+            gang = kind.read(namespace=self.namespace, name=self.name, head=self.head, members=())
+        except InputError:
+            return False
+        return gang.facts.held
+
+    @property
+    def pod_specs(self) -> list[Obj]:
+        """The head's pod templates' specs: what the members it makes will be."""
+        return kinds.by_name(self.kind).pod_specs(self.head) if self.head is not None else []
 
     @property
     def live(self) -> tuple[Member, ...]:
@@ -75,41 +103,63 @@ class GangSeen:
         return dict(found) if found is not None else None
 
 
-def gang_seen(items: Iterable[Located], namespace: str, name: str) -> GangSeen:
+def member_of(pod: Obj) -> tuple[str, str, str] | None:
+    """(kind, namespace, gang name) of the gang that claims ``pod``, as the controller
+    reads it; None for a pod of no gang (or one it cannot read)."""
+    try:
+        _, gang = pieces.member_of(pod)
+    except InputError:
+        return None
+    return gang
+
+
+def gang_seen(items: Iterable[Located], namespace: str, name: str, kind: str = "Job") -> GangSeen:
     """The gang as one listing of the cluster shows it."""
-    job = group = None
+    head_kind = kinds.by_name(kind).head
+    group_name = kinds.by_name(kind).pod_group_name(name)
+    head = group = None
     pods = []
     for item in items:
         obj = item.obj
         if get(obj, "metadata.namespace", str, "") != namespace:
             continue
-        kind = obj.get("kind")
-        if kind == "Job" and get(obj, "metadata.name", str, "") == name:
-            job = obj
-        elif kind == "PodGroup" and get(obj, "metadata.name", str, "") == name:
+        found = (obj.get("kind"), get(obj, "metadata.name", str, ""))
+        if head_kind is not None and found == (head_kind.kind, name):
+            head = obj
+        elif found == ("PodGroup", group_name):
             group = obj
-        elif kind == "Pod" and strings(obj, "metadata.labels").get(JOB_NAME_LABEL) == name:
+        elif found[0] == "Pod" and member_of(obj) == (kind, namespace, name):
             pods.append(obj)
-    return _gang(namespace, name, job, group, pods)
+    return _gang(kind, namespace, name, head, group, pods)
 
 
-def read_gang(gateway: gw.Gateway, namespace: str, name: str) -> GangSeen:
+def read_gang(gateway: gw.Gateway, namespace: str, name: str, kind: str = "Job") -> GangSeen:
     """The gang, read on its own: three requests, cheap enough to poll often."""
-
+    of_kind = kinds.by_name(kind)
+    head: Obj | None = None
+    if of_kind.head is not None:
+        try:
+            head = gateway.get(of_kind.head, namespace, name)
+        except gw.NotFound:
+            head = None
     try:
-        job: Obj | None = gateway.get(gw.JOB, namespace, name)
-    except gw.NotFound:
-        job = None
-    try:
-        group: Obj | None = gateway.get(gw.POD_GROUP, namespace, name)
+        group: Obj | None = gateway.get(gw.POD_GROUP, namespace, of_kind.pod_group_name(name))
     except gw.NotFound:
         group = None
-    pods = gateway.list(gw.POD, namespace=namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
-    return _gang(namespace, name, job, group, pods)
+    # A Job's members carry its name; any other kind's are found by who claims them.
+    selector = f"{JOB_NAME_LABEL}={name}" if kind == "Job" else ""
+    listed = gateway.list(gw.POD, namespace=namespace, label_selector=selector)
+    pods = [p for p in listed if member_of(p) == (kind, namespace, name)]
+    return _gang(kind, namespace, name, head, group, pods)
 
 
 def _gang(
-    namespace: str, name: str, job: Obj | None, group: Obj | None, pods: Sequence[Obj]
+    kind: str,
+    namespace: str,
+    name: str,
+    head: Obj | None,
+    group: Obj | None,
+    pods: Sequence[Obj],
 ) -> GangSeen:
     members = []
     for obj in pods:
@@ -129,7 +179,8 @@ def _gang(
                 ),
             )
         )
-    return GangSeen(namespace, name, job, group, tuple(sorted(members, key=lambda m: m.name)))
+    members.sort(key=lambda m: m.name)
+    return GangSeen(namespace, name, head, group, tuple(members), kind)
 
 
 def _unschedulable(pod: Obj) -> str:
@@ -192,7 +243,8 @@ class Timeline:
         if not self.reached("evicted"):
             return [m for m in new if m]
         if gang.suspended and not gang.live and not self.reached("quota back"):
-            new.append(self.mark("quota back", now, "Job suspended, no member left alive"))
+            held = f"{gang.kind} suspended, no member left alive"
+            new.append(self.mark("quota back", now, held))
         # Evicted (the requeue count moved) and holding again: admitted afresh.
         readmitted = gang.phase in HOLDING
         if readmitted and not self.reached("quota back"):

@@ -28,6 +28,7 @@ from queue_controller.chaos.experiments import (
     create_placeholder,
     free_gpus,
     holding,
+    too_many,
 )
 from queue_controller.chaos.marks import TAINT_KEY, Marks
 from queue_controller.chaos.observe import GangSeen, Member
@@ -41,9 +42,9 @@ PLACED_SECONDS = 90.0
 
 
 def _tolerations(gang: GangSeen, chosen: Sequence[Member]) -> list[Mapping[str, object]]:
-    """What the stopped members, and the replacements their Job makes, tolerate."""
+    """What the stopped members, and the replacements their head makes, tolerate."""
     own = [dict(t) for m in chosen for t in m.tolerations]
-    template = objects(gang.job or {}, "spec.template.spec.tolerations")
+    template = [t for spec in gang.pod_specs for t in objects(spec, "tolerations")]
     return [*own, *template]
 
 
@@ -113,13 +114,7 @@ def partial_placement(
         free = {n for n in gang.placement if n not in others}
         targets |= free or set(gang.placement)
     bound = [m for m in chosen if m.node]
-    backoff = get(gang.job or {}, "spec.backoffLimit", int, 6)
-    if len(bound) > backoff:
-        raise InputError(
-            f"deleting {len(bound)} bound members would fail Job {gang.namespace}/{gang.name} "
-            f"(its backoffLimit is {backoff}); raise it, or inject before its members bind",
-            field="--members",
-        )
+    too_many(gang, len(bound), field="--members")
     taint = {"key": TAINT_KEY, "value": run, "effect": "NoSchedule"}
     chosen_method = choose_method(_tolerations(gang, chosen), taint, forced=method)
     kept = frozenset(m.name for m in live if m not in chosen)

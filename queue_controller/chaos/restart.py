@@ -69,7 +69,7 @@ def controller_restart(
         raise InputError(f"--during must be one of {', '.join(DURING)}", field="--during")
     if during == "admission" and gang.phase == "Running":
         raise InputError(
-            f"Job {gang.namespace}/{gang.name} already runs: start the experiment before it is "
+            f"{gang.what} already runs: start the experiment before it is "
             "admitted (while it waits in its queue, or suspended)",
             field="--job",
         )
@@ -89,7 +89,7 @@ def controller_restart(
         if during == "admission"
         else "it is Evicted (by whatever evicts it)"
     )
-    steps = [f"wait (at most {wait:.0f}s) until Job {gang.namespace}/{gang.name}: {moment}"]
+    steps = [f"wait (at most {wait:.0f}s) until {gang.what}: {moment}"]
     if target.pid is not None:
         steps.append(f"kill the controller, PID {target.pid}, with SIGKILL")
         steps.append(
@@ -105,22 +105,21 @@ def controller_restart(
 
     def act(marks: Marks) -> None:
         until = clock() + wait
-        seen = read_gang(marks.gateway, gang.namespace, gang.name)
+        seen = read_gang(marks.gateway, gang.namespace, gang.name, gang.kind)
         while not the_moment(seen, during, before):
             if clock() > until:
                 raise InputError(
-                    f"Job {gang.namespace}/{gang.name} never reached the moment ({moment}) "
+                    f"{gang.what} never reached the moment ({moment}) "
                     f"within {wait:.0f}s: it is {seen.phase or 'not admitted'}",
                     field="--wait",
                 )
             if during == "admission" and seen.phase == "Running":
                 break  # admitted and running between two reads: kill now all the same
             time.sleep(QUICK)
-            seen = read_gang(marks.gateway, gang.namespace, gang.name)
+            seen = read_gang(marks.gateway, gang.namespace, gang.name, gang.kind)
         running = sum(1 for m in seen.live if m.phase == "Running")
         injection.steps[0] = (
-            f"caught Job {gang.namespace}/{gang.name} {seen.phase}: {len(seen.live)} members "
-            f"made, {running} running"
+            f"caught {gang.what} {seen.phase}: {len(seen.live)} members made, {running} running"
         )
         kill(marks.gateway, target)
         if target.pid is not None and restart_command:

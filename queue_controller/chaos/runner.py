@@ -106,7 +106,7 @@ class Scope:
 
 
 def scope_of(gang: GangSeen, items: list[Located], nodes: tuple[str, ...]) -> Scope:
-    names = {f"Job {gang.namespace}/{gang.name}", f"PodGroup {gang.namespace}/{gang.name}"}
+    names = {gang.what, f"PodGroup {gang.namespace}/{gang.group_name}"}
     names |= {f"Node {n}" for n in nodes}
     queue = get(gang.group, "spec.queue", str, "") if gang.group else ""
     for item in items:
@@ -178,7 +178,7 @@ class Runner:
         next_look = 0.0
         while True:
             now = self.clock()
-            seen = read_gang(self.gateway, gang.namespace, gang.name)
+            seen = read_gang(self.gateway, gang.namespace, gang.name, gang.kind)
             for mark in timeline.observe(seen, now):
                 self._show(mark)
             if not self._confirm(injection, seen, outcome, now):

@@ -24,6 +24,11 @@ from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import get
 from queue_controller.kube.snapshot import Located
 
+GANG_HELP = (
+    "An admitted, queued gang: NS/NAME for a Job, or KIND/NS/NAME for another kind "
+    "(PyTorchJob/research/ddp, RayJob/research/tune)."
+)
+
 
 @click.group()
 def chaos_group() -> None:
@@ -46,7 +51,7 @@ def chaos_group() -> None:
 
 
 @chaos_group.command("partial-placement")
-@click.option("--job", required=True, metavar="NS/NAME", help="An admitted, queued Job.")
+@click.option("--job", required=True, metavar="[KIND/]NS/NAME", help=GANG_HELP)
 @click.option(
     "--members",
     default=1,
@@ -122,7 +127,11 @@ def partial_placement(
 
 @chaos_group.command("node-loss")
 @click.option("--node", metavar="NODE", help="A node that holds members of the gang.")
-@click.option("--job", metavar="NS/NAME", help="The gang (default: the one on --node).")
+@click.option(
+    "--job",
+    metavar="[KIND/]NS/NAME",
+    help="The gang (default: the one on --node): NS/NAME for a Job, KIND/NS/NAME otherwise.",
+)
 @click.option(
     "--keep-in",
     metavar="NAMESPACE",
@@ -158,7 +167,11 @@ def node_loss(common: Common, *, node: str | None, job: str | None, keep_in: str
 
 @chaos_group.command("gpu-fault")
 @click.option("--node", required=True, metavar="NODE", help="A node that holds gang members.")
-@click.option("--job", metavar="NS/NAME", help="The gang (default: the one on --node).")
+@click.option(
+    "--job",
+    metavar="[KIND/]NS/NAME",
+    help="The gang (default: the one on --node): NS/NAME for a Job, KIND/NS/NAME otherwise.",
+)
 @click.option("--xid", default=79, show_default=True, type=int, help="The XID to report.")
 @click.option(
     "--gpu",
@@ -183,7 +196,7 @@ def gpu_fault(common: Common, *, node: str, job: str | None, xid: int, gpu: int)
 
     def plan(gang: chaos.GangSeen, items: list[Located], run: str) -> chaos.Injection:
         if gang.phase not in ("Admitted", "Running"):
-            raise InputError(f"Job {target} is not admitted: nothing to break", field="--job")
+            raise InputError(f"{gang.what} is not admitted: nothing to break", field="--job")
         name = chaos.gang_node(gang, node)
         obj = next(
             i.obj
@@ -197,7 +210,11 @@ def gpu_fault(common: Common, *, node: str, job: str | None, xid: int, gpu: int)
 
 @chaos_group.command("gpu-steal")
 @click.option("--node", required=True, metavar="NODE", help="A node the gang is planned on.")
-@click.option("--job", metavar="NS/NAME", help="The gang (default: the one on --node).")
+@click.option(
+    "--job",
+    metavar="[KIND/]NS/NAME",
+    help="The gang (default: the one on --node): NS/NAME for a Job, KIND/NS/NAME otherwise.",
+)
 @click.option(
     "--placeholder-namespace",
     metavar="NAMESPACE",
@@ -244,7 +261,7 @@ def gpu_steal(
 
 
 @chaos_group.command("controller-restart")
-@click.option("--job", required=True, metavar="NS/NAME", help="The gang to watch.")
+@click.option("--job", required=True, metavar="[KIND/]NS/NAME", help=GANG_HELP)
 @click.option(
     "--during",
     type=click.Choice(chaos.DURING),

@@ -17,6 +17,7 @@ from queue_controller.check import Timing, look
 from queue_controller.cli.options import output_option, parse_duration
 from queue_controller.errors import InputError
 from queue_controller.kube import gateway as gw
+from queue_controller.kube import kinds
 from queue_controller.kube.fields import get
 from queue_controller.kube.snapshot import Located
 
@@ -97,11 +98,22 @@ class Common:
         )
 
 
-def _job(value: str) -> tuple[str, str]:
-    namespace, _, name = value.partition("/")
-    if not namespace or not name:
-        raise InputError(f"{value!r} is not NAMESPACE/NAME", field="--job")
-    return namespace, name
+def gang_of(value: str) -> tuple[str, str, str]:
+    """``--job``'s (kind, namespace, name): NAMESPACE/NAME for a Job, or KIND/NAMESPACE/NAME
+    for any kind with a head (PyTorchJob/research/ddp, RayJob/research/tune)."""
+    parts = value.split("/")
+    if len(parts) == 2:
+        parts = ["Job", *parts]
+    heads = sorted(k.name for k in kinds.KINDS if k.head is not None)
+    if len(parts) != 3 or not all(parts):
+        raise InputError(
+            f"{value!r} is not NAMESPACE/NAME (a Job) or KIND/NAMESPACE/NAME ({', '.join(heads)})",
+            field="--job",
+        )
+    kind, namespace, name = parts
+    if kind not in heads:
+        raise InputError(f"{kind!r} is not one of {', '.join(heads)}", field="--job")
+    return kind, namespace, name
 
 
 def gateway_for(kubeconfig: Path | None) -> gw.Gateway:
@@ -134,7 +146,7 @@ def run_experiment(
 ) -> None:
     """Plan, check nothing is broken already, then inject, watch, undo and judge; with
     ``admitted_first``, wait (``--wait``) for the gang to be admitted before planning."""
-    namespace, job_name = _job(job)
+    kind, namespace, job_name = gang_of(job)
     gateway = gateway_for(common.kubeconfig)
     run = chaos.new_run_id(name)
     say = (lambda line: click.echo(line, err=True)) if common.output == "json" else click.echo
@@ -142,16 +154,16 @@ def run_experiment(
         gateway, run, common.timing, parse_duration(common.interval, field="--interval"), say
     )
     items = runner.listing()
-    gang = chaos.gang_seen(items, namespace, job_name)
-    if gang.job is None:
-        raise InputError(f"no Job {namespace}/{job_name}", field="--job")
+    gang = chaos.gang_seen(items, namespace, job_name, kind)
+    if gang.head is None:
+        raise InputError(f"no {gang.what}", field="--job")
     waited = time.monotonic() + parse_duration(common.wait, field="--wait")
     while admitted_first and gang.phase not in ("Admitted", "Running") and not common.dry_run:
         if time.monotonic() > waited:
             break  # the plan says why it cannot start
         time.sleep(1)
         items = runner.listing()
-        gang = chaos.gang_seen(items, namespace, job_name)
+        gang = chaos.gang_seen(items, namespace, job_name, kind)
     injection = plan(gang, items, run)
     injection.steps = [step.replace("<run>", run) for step in injection.steps]
     scope = chaos.scope_of(gang, items, injection.nodes)
@@ -173,7 +185,7 @@ def run_experiment(
         _dry_run(run, injection, deadline, common.output)
         return
     say(
-        f"chaos run {run}: {injection.experiment} on Job {namespace}/{job_name}, "
+        f"chaos run {run}: {injection.experiment} on {gang.what}, "
         f"recovery expected within {deadline:.0f}s"
     )
     outcome = runner.execute(injection, gang, scope, deadline)
@@ -251,25 +263,22 @@ def with_common(func: Callable[..., None]) -> Callable[..., None]:
 
 
 def job_on(gateway: gw.Gateway, node: str) -> str:
-    """The one queued Job with a member on ``node``, as NAMESPACE/NAME."""
-    items = gateway.list(gw.POD)
+    """The one queued gang with a member on ``node``, as ``--job`` names it."""
     groups = {
         (get(g, "metadata.namespace", str, ""), get(g, "metadata.name", str, ""))
         for g in gateway.list(gw.POD_GROUP)
     }
-    found = sorted(
-        {
-            f"{ns}/{job}"
-            for pod in items
-            if get(pod, "spec.nodeName", str, "") == node
-            and (job := get(pod, "metadata.labels", dict, {}).get(chaos.observe.JOB_NAME_LABEL))
-            and ((ns := get(pod, "metadata.namespace", str, "")), job) in groups
-        }
-    )
+    found = set()
+    for pod in gateway.list(gw.POD):
+        gang = chaos.observe.member_of(pod) if get(pod, "spec.nodeName", str, "") == node else None
+        if gang is not None:
+            kind, namespace, name = gang
+            if (namespace, kinds.by_name(kind).pod_group_name(name)) in groups:
+                found.add(f"{namespace}/{name}" if kind == "Job" else f"{kind}/{namespace}/{name}")
     if len(found) != 1:
         raise InputError(
-            f"Node {node} holds members of {len(found)} queued Jobs "
-            f"({', '.join(found) or 'none'}): name the one to watch with --job",
+            f"Node {node} holds members of {len(found)} queued gangs "
+            f"({', '.join(sorted(found)) or 'none'}): name the one to watch with --job",
             field="--job",
         )
-    return found[0]
+    return found.pop()

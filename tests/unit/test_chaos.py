@@ -56,8 +56,8 @@ def test_partial_placement_leaves_at_least_one_member(members: int) -> None:
 
 def test_partial_placement_refuses_to_fail_the_job() -> None:
     seen = gang("Running", *RUNNING)
-    assert seen.job is not None
-    seen.job["spec"]["backoffLimit"] = 0
+    assert seen.head is not None
+    seen.head["spec"]["backoffLimit"] = 0
     with pytest.raises(InputError, match="backoffLimit is 0"):
         chaos.partial_placement(seen, members=1)
 
@@ -72,8 +72,8 @@ def test_the_timeline_marks_each_phase_once_in_order() -> None:
     assert line.observe(gang("Running", *RUNNING), 101) == []
     evicted = {"type": "Evicted", "status": "True", "reason": "MembersLost", "message": "gone"}
     after = gang("Evicted", requeueCount=1, conditions=[evicted])
-    assert after.job is not None
-    after.job["spec"]["suspend"] = True
+    assert after.head is not None
+    after.head["spec"]["suspend"] = True
     assert [m.phase for m in line.observe(after, 110)] == ["evicted", "quota back"]
     back = gang("Admitted", requeueCount=1, conditions=[evicted], placement={"n3": 2})
     assert [m.phase for m in line.observe(back, 114)] == ["requeued", "readmitted"]
