@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import Cluster
 from tests.cluster.controller_harness import ControllerProcess
+from tests.cluster.people import kubectl
 from tests.cluster.test_kubeflow_jobs import pytorchjob
 from tests.cluster.test_preemption import condition, preempting_quota, priorities
 from tests.cluster.workloads import (
@@ -165,6 +166,10 @@ def test_a_rayjob_is_held_then_admitted_whole_with_every_member_where_planned(
     groups = Counter(p.metadata.labels.get("ray.io/group", "submitter") for p in pods)
     assert groups == {"headgroup": 1, "small": 2, "big": 1, "submitter": 1}
     eventually(lambda: _quota_used(objects, team) == "8", what="the quota in use")
+    # kubectl get -o wide names its kind.
+    wide = kubectl(cluster, "get", "podgroup", "rayjob-tune", "-n", namespace, "-o", "wide")
+    header, row = wide.stdout.splitlines()[:2]
+    assert row[header.index("KIND") :].split()[0] == "RayJob"  # columns are aligned
     # Deleted, it gives its quota back.
     ray.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "tune")
     eventually(lambda: _quota_used(objects, team) == "0", timeout=60, what="the quota released")
