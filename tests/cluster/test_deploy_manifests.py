@@ -129,10 +129,14 @@ def can_i(cluster: Cluster, user: str, verb: str, what: str, *flags: str) -> boo
 
 
 def test_controller_account_can_do_what_the_code_does(
-    cluster: Cluster, operators: None, namespace: str, controller_account: tuple[str, str]
+    cluster: Cluster,
+    crds: None,
+    operators: None,
+    namespace: str,
+    controller_account: tuple[str, str],
 ) -> None:
-    # With the operators' CRDs served: `kubectl auth can-i` answers no for a resource the
-    # API server does not know, whatever the ClusterRole grants.
+    # With our CRDs and the operators' served: `kubectl auth can-i` answers no for a
+    # resource the API server does not know, whatever the ClusterRole grants.
     user, lease = controller_account
     refused = []
     for group, res, verb in sorted(required_rules()):
