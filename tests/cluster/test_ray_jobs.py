@@ -175,23 +175,35 @@ def test_a_rayjob_is_held_then_admitted_whole_with_every_member_where_planned(
     eventually(lambda: _quota_used(objects, team) == "0", timeout=60, what="the quota released")
 
 
-def test_a_rayjob_that_fits_no_node_waits_and_kuberay_makes_nothing_of_it(
+@pytest.mark.parametrize("kind", ["RayJob", "RayCluster"])
+def test_a_ray_gang_that_fits_no_node_waits_and_kuberay_makes_nothing_of_it(
     cluster: Cluster,
     operators: None,
     namespace: str,
     objects: Objects,
     controller: ControllerProcess,
     ray: client.CustomObjectsApi,
+    kind: str,
 ) -> None:
     team = objects.team_quota(64)
     objects.queue("ray", team)
     nodes = h100(2, 3)
     # Twelve GPUs for the big worker: no H100 node has more than eight.
-    body = rayjob("huge", "ray", cluster_spec(nodes, small=1, big=12), nodes)
-    ray.create_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", body)
+    spec = cluster_spec(nodes, small=1, big=12)
+    if kind == "RayJob":
+        body = rayjob("huge", "ray", spec, nodes)
+    else:
+        body = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": "huge", "labels": {"queue-controller.io/queue": "ray"}},
+            "spec": spec,
+        }
+    plural = f"{kind.lower()}s"
+    ray.create_namespaced_custom_object("ray.io", "v1", namespace, plural, body)
     group = eventually(
         lambda: (
-            (g := objects.pod_group("rayjob-huge"))
+            (g := objects.pod_group(f"{kind.lower()}-huge"))
             and g.get("status", {}).get("reason") == "NoNodeFit"
             and g
         ),
@@ -199,10 +211,11 @@ def test_a_rayjob_that_fits_no_node_waits_and_kuberay_makes_nothing_of_it(
         what="NoNodeFit",
     )
     assert group["status"]["phase"] == "Pending"
-    job = ray.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "huge")
-    assert job["spec"]["suspend"] is True
-    clusters = ray.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")
-    assert clusters["items"] == []
+    held = ray.get_namespaced_custom_object("ray.io", "v1", namespace, plural, "huge")
+    assert held["spec"]["suspend"] is True
+    if kind == "RayJob":
+        clusters = ray.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")
+        assert clusters["items"] == []
     assert cluster.core.list_namespaced_pod(namespace).items == []
 
 
