@@ -16,11 +16,12 @@ from tests.cluster.conftest import Cluster
 from tests.cluster.controller_harness import ControllerProcess
 from tests.cluster.test_chaos import chaos, chaos_marks
 from tests.cluster.test_kubeflow_jobs import pytorchjob
-from tests.cluster.test_ray_jobs import cluster_spec, ray, rayjob
+from tests.cluster.test_operators import custom
+from tests.cluster.test_ray_jobs import cluster_spec, rayjob
 from tests.cluster.workloads import Objects, eventually, h100
 
 pytestmark = pytest.mark.cluster
-__all__ = ["ray"]  # the fixture that deletes the operators' objects first
+__all__ = ["custom"]  # the fixture that deletes the operators' objects first
 
 # A member's pods must all run within this: a RayJob's submitter comes only once its
 # cluster is ready, a few seconds after the rest.
@@ -52,8 +53,8 @@ def admitted(
 ) -> dict[str, Any]:
     objects.queue("q", objects.team_quota(64), timeout=TIMEOUT)
     body, plural, group, _ = KINDS[kind](nodes)
-    custom = client.CustomObjectsApi(cluster.api)
-    custom.create_namespaced_custom_object(group, "v1", namespace, plural, body)
+    api = client.CustomObjectsApi(cluster.api)
+    api.create_namespaced_custom_object(group, "v1", namespace, plural, body)
     return eventually(
         lambda: objects.phase(f"{kind.lower()}-tune", "Running"),
         timeout=120,
@@ -68,7 +69,7 @@ def test_partial_placement_of_an_operators_gang_recovers(
     namespace: str,
     objects: Objects,
     controller: ControllerProcess,
-    ray: client.CustomObjectsApi,
+    custom: client.CustomObjectsApi,
     kind: str,
 ) -> None:
     admitted(cluster, namespace, objects, kind, h100(4, 5, 6))
@@ -90,7 +91,7 @@ def test_node_loss_under_an_operators_gang_recovers(
     namespace: str,
     objects: Objects,
     controller: ControllerProcess,
-    ray: client.CustomObjectsApi,
+    custom: client.CustomObjectsApi,
     kind: str,
 ) -> None:
     first = admitted(cluster, namespace, objects, kind, h100(1, 2, 3))

@@ -8,17 +8,16 @@ again.  What kwok cannot give a RayJob (its job's status) is in docs/local-clust
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import Cluster
 from tests.cluster.controller_harness import ControllerProcess
 from tests.cluster.people import kubectl
 from tests.cluster.test_kubeflow_jobs import pytorchjob
+from tests.cluster.test_operators import custom
 from tests.cluster.test_preemption import condition, preempting_quota, priorities
 from tests.cluster.workloads import (
     GPU,
@@ -33,7 +32,9 @@ from tests.cluster.workloads import (
 )
 
 pytestmark = pytest.mark.cluster
-__all__ = ["priorities"]  # the PriorityClasses fixture, shared with test_preemption
+# Fixtures shared with test_preemption (PriorityClasses) and test_operators (the operators'
+# objects deleted before the namespace's pods, which they would make again).
+__all__ = ["custom", "priorities"]
 
 RAY_JOB_LABEL = "queue-controller.io/ray-job"
 
@@ -86,26 +87,6 @@ def rayjob(name: str, queue: str, spec: dict[str, Any], nodes: list[str]) -> dic
     }
 
 
-@pytest.fixture
-def ray(cluster: Cluster, namespace: str) -> Iterator[client.CustomObjectsApi]:
-    api = client.CustomObjectsApi(cluster.api)
-    yield api
-    # Before the namespace fixture deletes pods: KubeRay would make them again.
-    for group, plural in (
-        ("kubeflow.org", "pytorchjobs"),
-        ("ray.io", "rayjobs"),
-        ("ray.io", "rayclusters"),
-    ):
-        for item in api.list_namespaced_custom_object(group, "v1", namespace, plural)["items"]:
-            try:
-                api.delete_namespaced_custom_object(
-                    group, "v1", namespace, plural, item["metadata"]["name"]
-                )
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-
-
 def _pods(cluster: Cluster, namespace: str, selector: str) -> list[Any]:
     return list(cluster.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
@@ -139,13 +120,13 @@ def test_a_rayjob_is_held_then_admitted_whole_with_every_member_where_planned(
     namespace: str,
     objects: Objects,
     controller: ControllerProcess,
-    ray: client.CustomObjectsApi,
+    custom: client.CustomObjectsApi,
 ) -> None:
     team = objects.team_quota(8)
     objects.queue("ray", team)
     nodes = h100(0, 1)
     body = rayjob("tune", "ray", cluster_spec(nodes, small=2, big=4), nodes)
-    created = ray.create_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", body)
+    created = custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", body)
     # The webhook held it (Kueue's label is ours too): created running, stored suspended.
     assert created["spec"]["suspend"] is True
     group = eventually(
@@ -171,7 +152,7 @@ def test_a_rayjob_is_held_then_admitted_whole_with_every_member_where_planned(
     header, row = wide.stdout.splitlines()[:2]
     assert row[header.index("KIND") :].split()[0] == "RayJob"  # columns are aligned
     # Deleted, it gives its quota back.
-    ray.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "tune")
+    custom.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "tune")
     eventually(lambda: _quota_used(objects, team) == "0", timeout=60, what="the quota released")
 
 
@@ -182,7 +163,7 @@ def test_a_ray_gang_that_fits_no_node_waits_and_kuberay_makes_nothing_of_it(
     namespace: str,
     objects: Objects,
     controller: ControllerProcess,
-    ray: client.CustomObjectsApi,
+    custom: client.CustomObjectsApi,
     kind: str,
 ) -> None:
     team = objects.team_quota(64)
@@ -200,7 +181,7 @@ def test_a_ray_gang_that_fits_no_node_waits_and_kuberay_makes_nothing_of_it(
             "spec": spec,
         }
     plural = f"{kind.lower()}s"
-    ray.create_namespaced_custom_object("ray.io", "v1", namespace, plural, body)
+    custom.create_namespaced_custom_object("ray.io", "v1", namespace, plural, body)
     group = eventually(
         lambda: (
             (g := objects.pod_group(f"{kind.lower()}-huge"))
@@ -211,10 +192,10 @@ def test_a_ray_gang_that_fits_no_node_waits_and_kuberay_makes_nothing_of_it(
         what="NoNodeFit",
     )
     assert group["status"]["phase"] == "Pending"
-    held = ray.get_namespaced_custom_object("ray.io", "v1", namespace, plural, "huge")
+    held = custom.get_namespaced_custom_object("ray.io", "v1", namespace, plural, "huge")
     assert held["spec"]["suspend"] is True
     if kind == "RayJob":
-        clusters = ray.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")
+        clusters = custom.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")
         assert clusters["items"] == []
     assert cluster.core.list_namespaced_pod(namespace).items == []
 
@@ -226,7 +207,7 @@ def test_a_raycluster_is_held_admitted_whole_and_evicted_by_suspending_it(
     objects: Objects,
     controller: ControllerProcess,
     priorities: tuple[str, str],
-    ray: client.CustomObjectsApi,
+    custom: client.CustomObjectsApi,
 ) -> None:
     low, high = priorities
     team = preempting_quota(objects, 8)
@@ -238,7 +219,7 @@ def test_a_raycluster_is_held_admitted_whole_and_evicted_by_suspending_it(
         "metadata": {"name": "serve", "labels": {"queue-controller.io/queue": "ray"}},
         "spec": cluster_spec(nodes, small=1, big=2, priority=low),
     }
-    created = ray.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", body)
+    created = custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", body)
     assert created["spec"]["suspend"] is True
     group = eventually(
         lambda: objects.phase("raycluster-serve", "Admitted", "Running"),
@@ -265,7 +246,9 @@ def test_a_raycluster_is_held_admitted_whole_and_evicted_by_suspending_it(
     )
 
     def suspended() -> bool:
-        found = ray.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "serve")
+        found = custom.get_namespaced_custom_object(
+            "ray.io", "v1", namespace, "rayclusters", "serve"
+        )
         return found["spec"]["suspend"] is True
 
     eventually(suspended, timeout=60, what="the RayCluster suspended")
@@ -286,13 +269,13 @@ def test_a_rayjob_preempted_by_a_pytorchjob_of_its_team_is_suspended_and_admitte
     objects: Objects,
     controller: ControllerProcess,
     priorities: tuple[str, str],
-    ray: client.CustomObjectsApi,
+    custom: client.CustomObjectsApi,
 ) -> None:
     low, high = priorities
     objects.queue("q", preempting_quota(objects, 8))
     nodes = h100(7)
     spec = cluster_spec(nodes, small=2, big=4, priority=low)
-    ray.create_namespaced_custom_object(
+    custom.create_namespaced_custom_object(
         "ray.io", "v1", namespace, "rayjobs", rayjob("victim", "q", spec, nodes)
     )
     eventually(
@@ -301,7 +284,7 @@ def test_a_rayjob_preempted_by_a_pytorchjob_of_its_team_is_suspended_and_admitte
     urgent = pytorchjob("urgent", queue="q", gpus=2, workers=3, nodes=nodes, runs_for="8s")
     for replica in urgent["spec"]["pytorchReplicaSpecs"].values():
         replica["template"]["spec"]["priorityClassName"] = high
-    ray.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", urgent)
+    custom.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", urgent)
     evicted = eventually(
         lambda: (
             (g := objects.pod_group("rayjob-victim")) and condition(g, "Evicted") is not None and g
@@ -315,7 +298,7 @@ def test_a_rayjob_preempted_by_a_pytorchjob_of_its_team_is_suspended_and_admitte
     # Evicted through its own kind: suspended again, and KubeRay deletes its cluster.
     eventually(
         lambda: (
-            ray.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "victim")[
+            custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "victim")[
                 "spec"
             ]["suspend"]
             is True
@@ -325,7 +308,9 @@ def test_a_rayjob_preempted_by_a_pytorchjob_of_its_team_is_suspended_and_admitte
     )
     eventually(
         lambda: (
-            not ray.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")["items"]
+            not custom.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")[
+                "items"
+            ]
         ),
         timeout=60,
         what="KubeRay deleting the RayJob's cluster",

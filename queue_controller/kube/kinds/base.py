@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from queue_controller.core.model import PodSet
 from queue_controller.errors import InputError
-from queue_controller.kube.fields import Obj, objects
+from queue_controller.kube.fields import Obj, get, objects
 from queue_controller.kube.resources import Resource
-from queue_controller.kube.views import MemberPod, Ref, Write, ref_of
+from queue_controller.kube.views import Delete, MemberPod, Patch, Ref, Write, ref_of
 
 QUEUE_LABEL = "queue-controller.io/queue"
 # Kueue's label, accepted so teams can move over without relabelling.
@@ -148,6 +148,42 @@ def head_gang(
         about=head_ref,
         labels=labels,
     )
+
+
+class SuspendedHead:
+    """The hold, hold-and-stop and eviction of a kind whose head has a suspend field (a
+    Job's ``spec.suspend``, a PyTorchJob's ``spec.runPolicy.suspend``, a RayJob's): set
+    to true, the head's own controller makes no pod, and deletes those it made."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path  # "spec.suspend", "spec.runPolicy.suspend"
+
+    def body(self, value: bool) -> dict[str, Any]:
+        """The merge patch that sets the field to ``value``."""
+        out: dict[str, Any] = {self.path.rsplit(".", 1)[-1]: value}
+        for part in reversed(self.path.split(".")[:-1]):
+            out = {part: out}
+        return out
+
+    def at_creation(self, obj: Obj) -> dict[str, Any]:
+        """The webhook's hold: suspended, unless it already is."""
+        return {} if get(obj, self.path, bool, False) else self.body(True)
+
+    def stop(self, gang: KindGang) -> list[Write]:
+        """A gang that runs unadmitted: suspended, and its live members deleted at once
+        rather than when the head's controller gets to them."""
+        assert gang.head_ref is not None
+        return [
+            Patch(ref=gang.head_ref, body=self.body(True)),
+            *(Delete(ref=pod.ref) for pod in gang.members if pod.live),
+        ]
+
+    def evict(self, gang: KindGang) -> list[Write]:
+        """Suspended again (nothing to write if it is held already)."""
+        if gang.facts.held:
+            return []
+        assert gang.head_ref is not None
+        return [Patch(ref=gang.head_ref, body=self.body(True))]
 
 
 def head_owner(resource: Resource, gang: KindGang) -> list[Obj]:

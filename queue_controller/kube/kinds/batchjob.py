@@ -34,6 +34,7 @@ from queue_controller.kube.kinds.base import (
     KindGang,
     Membership,
     RbacRule,
+    SuspendedHead,
     WebhookRule,
     finished_by,
     head_gang,
@@ -45,7 +46,7 @@ from queue_controller.kube.kinds.managed import raw_mapping
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, JOB, Resource
-from queue_controller.kube.views import Delete, MemberPod, Patch, Write
+from queue_controller.kube.views import MemberPod, Patch, Write
 
 FINISHED_CONDITIONS = ("Complete", "Failed")
 # Volcano users set a gang's minimum on the job itself; the PodGroup then carries it.
@@ -91,6 +92,10 @@ def _gang_size(head: Obj) -> tuple[int, int]:
             field=where,
         )
     return count, min_member
+
+
+# Held, stopped and evicted by spec.suspend.
+SUSPEND = SuspendedHead("spec.suspend")
 
 
 class BatchJob:
@@ -200,17 +205,10 @@ class BatchJob:
         )
 
     def hold_at_creation(self, obj: Obj) -> Obj:
-        # Created suspended, a Job creates no pod until the controller admits it.
-        return {} if get(obj, "spec.suspend", bool, False) else {"spec": {"suspend": True}}
+        return SUSPEND.at_creation(obj)
 
     def hold(self, gang: KindGang) -> list[Write]:
-        assert gang.head_ref is not None
-        # Suspended, the Job controller deletes its pods too; deleting them here
-        # frees their nodes without waiting for it.
-        return [
-            Patch(ref=gang.head_ref, body={"spec": {"suspend": True}}),
-            *(Delete(ref=pod.ref) for pod in gang.members if pod.live),
-        ]
+        return SUSPEND.stop(gang)
 
     def release(self, gang: KindGang) -> list[Write]:
         assert gang.head is not None
@@ -228,10 +226,7 @@ class BatchJob:
         return [Patch(ref=gang.head_ref, body=body)]
 
     def evict(self, gang: KindGang) -> list[Write]:
-        if gang.facts.held:
-            return []
-        assert gang.head_ref is not None
-        return [Patch(ref=gang.head_ref, body={"spec": {"suspend": True}})]
+        return SUSPEND.evict(gang)
 
     def pod_group_name(self, name: str) -> str:
         return name

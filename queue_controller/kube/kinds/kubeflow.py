@@ -29,6 +29,7 @@ from queue_controller.kube.kinds.base import (
     KindGang,
     Membership,
     RbacRule,
+    SuspendedHead,
     WebhookRule,
     finished_by,
     head_gang,
@@ -40,11 +41,15 @@ from queue_controller.kube.kinds.managed import raw_mapping
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, Resource
-from queue_controller.kube.views import Delete, MemberPod, Patch, Write
+from queue_controller.kube.views import MemberPod, Patch, Write
 
 API_VERSION = "kubeflow.org/v1"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 FINISHED_CONDITIONS = ("Succeeded", "Failed")
+
+
+# Held, stopped and evicted by spec.runPolicy.suspend, every training kind alike.
+SUSPEND = SuspendedHead("spec.runPolicy.suspend")
 
 
 class TrainingJob:
@@ -185,16 +190,10 @@ class TrainingJob:
         return tuple(pod_sets)
 
     def hold_at_creation(self, obj: Obj) -> Obj:
-        if get(obj, "spec.runPolicy.suspend", bool, False):
-            return {}
-        return {"spec": {"runPolicy": {"suspend": True}}}
+        return SUSPEND.at_creation(obj)
 
     def hold(self, gang: KindGang) -> list[Write]:
-        assert gang.head_ref is not None
-        return [
-            Patch(ref=gang.head_ref, body={"spec": {"runPolicy": {"suspend": True}}}),
-            *(Delete(ref=pod.ref) for pod in gang.members if pod.live),
-        ]
+        return SUSPEND.stop(gang)
 
     def release(self, gang: KindGang) -> list[Write]:
         assert gang.head is not None
@@ -213,10 +212,7 @@ class TrainingJob:
         return [Patch(ref=gang.head_ref, body=body)]
 
     def evict(self, gang: KindGang) -> list[Write]:
-        if gang.facts.held:
-            return []
-        assert gang.head_ref is not None
-        return [Patch(ref=gang.head_ref, body={"spec": {"runPolicy": {"suspend": True}}})]
+        return SUSPEND.evict(gang)
 
     def pod_group_name(self, name: str) -> str:
         # Distinct from a Job's PodGroup of the same name.

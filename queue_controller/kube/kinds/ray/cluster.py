@@ -21,6 +21,7 @@ from queue_controller.kube.kinds.base import (
     KindGang,
     Membership,
     RbacRule,
+    SuspendedHead,
     WebhookRule,
     head_gang,
     head_owner,
@@ -36,7 +37,7 @@ from queue_controller.kube.kinds.ray.clusterspec import (
     pod_set_of,
 )
 from queue_controller.kube.resources import Resource
-from queue_controller.kube.views import Delete, MemberPod, Patch, Write
+from queue_controller.kube.views import MemberPod, Patch, Write
 
 RAY_CLUSTER = Resource(API_VERSION, "RayCluster", "rayclusters", True)
 # KubeRay's kinds that make RayClusters of their own: those clusters are their gangs.
@@ -51,6 +52,10 @@ def made_for_another(obj: Obj) -> bool:
         and str(ref.get("apiVersion", "")).startswith("ray.io/")
         for ref in objects(obj, "metadata.ownerReferences")
     )
+
+
+# Held, stopped and evicted by spec.suspend.
+SUSPEND = SuspendedHead("spec.suspend")
 
 
 class RayClusterKind:
@@ -121,16 +126,10 @@ class RayClusterKind:
         )
 
     def hold_at_creation(self, obj: Obj) -> Obj:
-        if get(obj, "spec.suspend", bool, False):
-            return {}
-        return {"spec": {"suspend": True}}
+        return SUSPEND.at_creation(obj)
 
     def hold(self, gang: KindGang) -> list[Write]:
-        assert gang.head_ref is not None
-        return [
-            Patch(ref=gang.head_ref, body={"spec": {"suspend": True}}),
-            *(Delete(ref=pod.ref) for pod in gang.members if pod.live),
-        ]
+        return SUSPEND.stop(gang)
 
     def release(self, gang: KindGang) -> list[Write]:
         assert gang.head is not None
@@ -139,10 +138,7 @@ class RayClusterKind:
         return [Patch(ref=gang.head_ref, body={"spec": {"suspend": False, **spec}})]
 
     def evict(self, gang: KindGang) -> list[Write]:
-        if gang.facts.held:
-            return []
-        assert gang.head_ref is not None
-        return [Patch(ref=gang.head_ref, body={"spec": {"suspend": True}})]
+        return SUSPEND.evict(gang)
 
     def pod_group_name(self, name: str) -> str:
         return f"raycluster-{name}"

@@ -36,6 +36,7 @@ from queue_controller.kube.kinds.base import (
     KindGang,
     Membership,
     RbacRule,
+    SuspendedHead,
     WebhookRule,
     head_gang,
     head_owner,
@@ -54,7 +55,7 @@ from queue_controller.kube.kinds.ray.clusterspec import (
     template_pod_set,
 )
 from queue_controller.kube.resources import Resource
-from queue_controller.kube.views import Delete, MemberPod, Patch, Write
+from queue_controller.kube.views import MemberPod, Patch, Write
 
 RAY_JOB = Resource(API_VERSION, "RayJob", "rayjobs", True)
 # Written on every template at release: the pods then say which RayJob they serve.
@@ -94,6 +95,10 @@ def submitter_template(spec: Obj) -> Obj:
     return {
         "spec": {"containers": [default_submitter(_head_image(spec))], "restartPolicy": "Never"}
     }
+
+
+# Held, stopped and evicted by spec.suspend.
+SUSPEND = SuspendedHead("spec.suspend")
 
 
 class RayJobKind:
@@ -202,16 +207,10 @@ class RayJobKind:
         return tuple(pod_sets)
 
     def hold_at_creation(self, obj: Obj) -> Obj:
-        if get(obj, "spec.suspend", bool, False):
-            return {}
-        return {"spec": {"suspend": True}}
+        return SUSPEND.at_creation(obj)
 
     def hold(self, gang: KindGang) -> list[Write]:
-        assert gang.head_ref is not None
-        return [
-            Patch(ref=gang.head_ref, body={"spec": {"suspend": True}}),
-            *(Delete(ref=pod.ref) for pod in gang.members if pod.live),
-        ]
+        return SUSPEND.stop(gang)
 
     def release(self, gang: KindGang) -> list[Write]:
         assert gang.head is not None
@@ -227,10 +226,7 @@ class RayJobKind:
         return [Patch(ref=gang.head_ref, body={"spec": body})]
 
     def evict(self, gang: KindGang) -> list[Write]:
-        if gang.facts.held:
-            return []
-        assert gang.head_ref is not None
-        return [Patch(ref=gang.head_ref, body={"spec": {"suspend": True}})]
+        return SUSPEND.evict(gang)
 
     def pod_group_name(self, name: str) -> str:
         return f"rayjob-{name}"
