@@ -150,6 +150,26 @@ def head_gang(
     )
 
 
+def head_rbac(resource: Resource, why: str) -> tuple[RbacRule, ...]:
+    """What a kind headed by ``resource`` needs: to find and write its heads (``why``), and
+    to update their finalizers, since a PodGroup's owner reference to its head sets
+    blockOwnerDeletion (which the OwnerReferencesPermissionEnforcement plugin checks)."""
+    return (
+        RbacRule(
+            group=resource.group,
+            resources=(resource.plural,),
+            verbs=("get", "list", "watch", "patch"),
+            why=why,
+        ),
+        RbacRule(
+            group=resource.group,
+            resources=(f"{resource.plural}/finalizers",),
+            verbs=("update",),
+            why=f"a PodGroup's ownerReference to its {resource.kind} sets blockOwnerDeletion",
+        ),
+    )
+
+
 class SuspendedHead:
     """The hold, hold-and-stop and eviction of a kind whose head has a suspend field (a
     Job's ``spec.suspend``, a PyTorchJob's ``spec.runPolicy.suspend``, a RayJob's): set

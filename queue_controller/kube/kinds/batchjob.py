@@ -39,6 +39,7 @@ from queue_controller.kube.kinds.base import (
     finished_by,
     head_gang,
     head_owner,
+    head_rbac,
     queue_name,
     read_or,
 )
@@ -104,19 +105,8 @@ class BatchJob:
     webhook: WebhookRule = WebhookRule(resource=JOB)
     held_until_bound: bool = False
     optional: bool = False
-    rbac: tuple[RbacRule, ...] = (
-        RbacRule(
-            group="batch",
-            resources=("jobs",),
-            verbs=("get", "list", "watch", "patch"),
-            why="find queued Jobs; suspend, unsuspend and gate their pod template",
-        ),
-        RbacRule(
-            group="batch",
-            resources=("jobs/finalizers",),
-            verbs=("update",),
-            why="a PodGroup's ownerReference to its Job sets blockOwnerDeletion",
-        ),
+    rbac: tuple[RbacRule, ...] = head_rbac(
+        JOB, "find queued Jobs; suspend, unsuspend and gate their pod template"
     )
 
     def pod_specs(self, obj: Obj) -> list[Obj]:

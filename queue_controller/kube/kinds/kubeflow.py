@@ -34,6 +34,7 @@ from queue_controller.kube.kinds.base import (
     finished_by,
     head_gang,
     head_owner,
+    head_rbac,
     queue_name,
     read_or,
 )
@@ -64,19 +65,8 @@ class TrainingJob:
         self.replica_specs = replica_specs  # the field of spec holding them
         self.head: Resource | None = Resource(API_VERSION, name, plural, True)
         self.webhook = WebhookRule(resource=self.head)
-        self.rbac: tuple[RbacRule, ...] = (
-            RbacRule(
-                group="kubeflow.org",
-                resources=(plural,),
-                verbs=("get", "list", "watch", "patch"),
-                why=f"find queued {name}s; suspend, unsuspend and gate their templates",
-            ),
-            RbacRule(
-                group="kubeflow.org",
-                resources=(f"{plural}/finalizers",),
-                verbs=("update",),
-                why=f"a PodGroup's ownerReference to its {name} sets blockOwnerDeletion",
-            ),
+        self.rbac: tuple[RbacRule, ...] = head_rbac(
+            self.head, f"find queued {name}s; suspend, unsuspend and gate their templates"
         )
 
     @property

@@ -25,6 +25,7 @@ from queue_controller.kube.kinds.base import (
     WebhookRule,
     head_gang,
     head_owner,
+    head_rbac,
     queue_name,
     read_or,
 )
@@ -64,19 +65,8 @@ class RayClusterKind:
     webhook: WebhookRule = WebhookRule(resource=RAY_CLUSTER)
     held_until_bound: bool = False
     optional: bool = True  # KubeRay's CRDs may not be installed
-    rbac: tuple[RbacRule, ...] = (
-        RbacRule(
-            group="ray.io",
-            resources=("rayclusters",),
-            verbs=("get", "list", "watch", "patch"),
-            why="find queued RayClusters; suspend, unsuspend and gate their templates",
-        ),
-        RbacRule(
-            group="ray.io",
-            resources=("rayclusters/finalizers",),
-            verbs=("update",),
-            why="a PodGroup's ownerReference to its RayCluster sets blockOwnerDeletion",
-        ),
+    rbac: tuple[RbacRule, ...] = head_rbac(
+        RAY_CLUSTER, "find queued RayClusters; suspend, unsuspend and gate their templates"
     )
 
     def pod_specs(self, obj: Obj) -> list[Obj]:

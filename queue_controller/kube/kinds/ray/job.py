@@ -40,6 +40,7 @@ from queue_controller.kube.kinds.base import (
     WebhookRule,
     head_gang,
     head_owner,
+    head_rbac,
     queue_name,
     read_or,
 )
@@ -107,19 +108,8 @@ class RayJobKind:
     webhook: WebhookRule = WebhookRule(resource=RAY_JOB)
     held_until_bound: bool = False
     optional: bool = True  # KubeRay's CRDs may not be installed
-    rbac: tuple[RbacRule, ...] = (
-        RbacRule(
-            group="ray.io",
-            resources=("rayjobs",),
-            verbs=("get", "list", "watch", "patch"),
-            why="find queued RayJobs; suspend, unsuspend and gate their templates",
-        ),
-        RbacRule(
-            group="ray.io",
-            resources=("rayjobs/finalizers",),
-            verbs=("update",),
-            why="a PodGroup's ownerReference to its RayJob sets blockOwnerDeletion",
-        ),
+    rbac: tuple[RbacRule, ...] = head_rbac(
+        RAY_JOB, "find queued RayJobs; suspend, unsuspend and gate their templates"
     )
 
     def pod_specs(self, obj: Obj) -> list[Obj]:
