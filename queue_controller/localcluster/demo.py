@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -100,9 +100,11 @@ class Demo:
             kubectl("apply", "-f", str(examples / name))
         self.report("CRDs, namespaces, TeamQuotas, the Cohort, Topologies and Queues installed")
 
-    def start_controller(self) -> int:
+    def start_controller(self, launcher: Sequence[str] = ()) -> int:
         """Start `queue-controller run` as `make run` does (also what `make bench-e2e`
-        measures); its PID, kept in the cluster's state so that `down` stops it."""
+        measures); its PID, kept in the cluster's state so that `down` stops it.
+        ``launcher``: what runs ``-m queue_controller`` instead of this Python (a
+        profiler's, ``python -m memray run ...``, for `make bench-e2e ... --profile`)."""
         layout = self.cluster.layout
         state = State.load(layout.state_file)
         if state is None:
@@ -114,7 +116,7 @@ class Demo:
         log = (layout.logs / "queue-controller.log").open("wb")
         process = subprocess.Popen(
             [
-                sys.executable,
+                *(launcher or (sys.executable,)),
                 "-m",
                 "queue_controller",
                 "run",

@@ -114,6 +114,12 @@ def parser() -> argparse.ArgumentParser:
         help="requeue backoff, most (both systems)",
     )
     p.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile our controller: py-spy's CPU flame graph and speedscope file, and "
+        "memray's memory at its peak, beside its report (its costs are then not comparable)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -166,7 +172,14 @@ def main(argv: Sequence[str] | None = None, *, progress: Progress | None = None)
     )
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    config = RunConfig(out=out, shape=shape, trace=trace, settings=settings, timeout=args.timeout)
+    config = RunConfig(
+        out=out,
+        shape=shape,
+        trace=trace,
+        settings=settings,
+        timeout=args.timeout,
+        profile=args.profile,
+    )
     progress.done(
         f"trace: {len(trace.gangs)} gangs, {sum(g.pods for g in trace.gangs)} pods, "
         f"{len(trace.teams)} teams; cluster: {shape.nodes} nodes, {shape.total_gpus:,.0f} GPUs; "

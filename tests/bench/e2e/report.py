@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from queue_controller.sim.report.plots import downsample
+from tests.bench.e2e import profile
 from tests.bench.e2e.cost import per_gang
 from tests.bench.e2e.runner import SystemRun
 from tests.bench.e2e.watch import (
@@ -92,6 +93,8 @@ def figures(run: SystemRun, total_gpus: float, *, queued: bool) -> dict[str, Any
         # The system's own account of itself (queue-controller: its cycle's phases), apart
         # from the figures above, which are all measured from outside.
         "own_metrics": run.own_metrics,
+        # With --profile: where the memory was at the peak (profile.py); files beside it.
+        "profile": run.profile,
         "throughput_basis": "first unsuspend" if queued else "whole gang bound",
         "submitted": len(gangs),
         "fully_placed": sum(1 for g in gangs if g.placed),
@@ -241,7 +244,27 @@ def markdown(report: Mapping[str, Any]) -> str:
         f"![Latency CDFs]({LATENCY_PNG})",
         "",
     ]
+    for name, figures in systems.items():
+        if figures.get("profile"):
+            lines += _profile_section(name, figures["profile"])
     return "\n".join(lines)
+
+
+def _profile_section(name: str, peak: Sequence[str]) -> list[str]:
+    """With --profile: links to the profiles beside the report, and the memory peak."""
+    return [
+        f"## {name}: profiles (--profile; its CPU and RSS above are the profiled run's)",
+        "",
+        f"- CPU: [flame graph]({name}/{profile.CPU_SVG}), "
+        f"[speedscope]({name}/{profile.CPU_SPEEDSCOPE}) (open at https://www.speedscope.app)",
+        f"- Memory at the peak: [flame graph]({name}/{profile.MEMORY_HTML}), "
+        f"[as text]({name}/{profile.MEMORY_PEAK})",
+        "",
+        "```",
+        *peak,
+        "```",
+        "",
+    ]
 
 
 def plots(out: Path, runs: Sequence[SystemRun], total_gpus: float) -> None:

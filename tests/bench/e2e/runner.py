@@ -23,10 +23,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from queue_controller.localcluster import Layout, LocalCluster
+from tests.bench.e2e import profile
 from tests.bench.e2e.apiwatch import ApiWatch, api_client
 from tests.bench.e2e.cost import AUDIT_POLICY, ProcessCost, process_cost, requests_by_client
 from tests.bench.e2e.shape import NODES_FILE, ROOT, ClusterShape
-from tests.bench.e2e.systems import System, apply, namespaces
+from tests.bench.e2e.systems import QueueController, System, apply, namespaces
 from tests.bench.e2e.teams import QueueSettings
 from tests.bench.e2e.trace import Gang, Trace, job_manifest
 from tests.bench.e2e.watch import Episode, Recorder
@@ -43,6 +44,7 @@ class RunConfig:
     trace: Trace
     settings: QueueSettings
     timeout: float | None = None  # None: from the trace (deadline())
+    profile: bool = False  # our controller's CPU and memory profiles (profile.py)
     bin_dir: Path = DEPLOY / "bin"
     stages: Path = DEPLOY / "kwok-stages.yaml"
     node_file: Path = NODES_FILE
@@ -63,6 +65,7 @@ class SystemRun:
     submit_errors: list[str] = field(default_factory=list)
     watch_restarts: int = 0
     own_metrics: dict[str, Any] | None = None  # the system's own account (never compared)
+    profile: list[str] = field(default_factory=list)  # the memory peak's text, with --profile
 
 
 def deadline(trace: Trace, shape: ClusterShape) -> float:
@@ -179,13 +182,23 @@ def run_system(system: System, config: RunConfig, progress: Progress) -> SystemR
         apply(cluster, namespaces(teams))
         since = time.time()  # requests from here on: the system's and the run's
         system.install(cluster, teams, config.settings)
+        # Only our controller is profiled: Kueue is Go, and no-queue runs nothing.
+        profiling = config.profile and isinstance(system, QueueController)
+        if isinstance(system, QueueController) and profiling:
+            system.launcher = profile.memray_launcher(folder)
         pid = system.start(cluster)
+        cpu = profile.CpuProfile.start(pid, folder) if profiling and pid is not None else None
         outcome.cluster_seconds = round(time.monotonic() - wall, 1)
         _replay(system, config, cluster, recorder, outcome, progress)
         outcome.cost = process_cost(pid) if pid is not None else None
         outcome.own_metrics = system.own_metrics(cluster)
         time.sleep(2)  # the audit log is written in batches, at most a second apart
         outcome.requests = requests_by_client(cluster.layout.logs / "audit.log", since)
+        if cpu is not None and pid is not None:
+            cpu.stop()
+            progress(f"{system.name}: stopping the controller for its memory profile")
+            profile.stop_process(pid)
+            outcome.profile = profile.memory_report(folder)
     finally:
         try:
             system.stop()

@@ -41,7 +41,8 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from queue_controller.localcluster import LocalCluster
-from queue_controller.localcluster.cluster import State
+from queue_controller.localcluster.state import State
+from tests.bench.e2e import profile
 from tests.bench.e2e.apiwatch import api_client
 from tests.bench.e2e.cost import process_cost
 from tests.bench.e2e.runner import RunConfig, start_cluster
@@ -251,6 +252,8 @@ def _measure(
     ]
     errors += _create_all(jobs, batch.create_namespaced_job, progress, "pending Jobs")
     fill_seconds = time.monotonic() - fill_started
+    if args.profile:
+        system.launcher = profile.memray_launcher(config.out)
     pid = system.start(cluster)
     assert pid is not None
     state = State.load(cluster.layout.state_file)
@@ -273,10 +276,17 @@ def _measure(
     churn = _Churn(core, pods, args.churn)
     churn.start()
     progress(f"measuring for {args.window:.0f} s ({args.churn} filler pods replaced a second)")
+    cpu = profile.CpuProfile.start(pid, config.out) if args.profile else None
     time.sleep(args.window)
     churn.stop()
     after = _metrics(port)
     cost = process_cost(pid)
+    peak: list[str] = []
+    if cpu is not None:
+        cpu.stop()
+        progress("stopping the controller for its memory profile")
+        profile.stop_process(pid)
+        peak = profile.memory_report(config.out)
     window = _window(before, after)
     mean = window["phase_mean_seconds"]
     cycle = sum(v for v in mean.values() if v is not None)
@@ -297,6 +307,8 @@ def _measure(
         "cycle_over_core": round(cycle / core_mean, 2) if core_mean else None,
         "planning_over_core": round(planning / core_mean, 2) if core_mean else None,
         "peak_rss_bytes": cost.peak_rss_bytes if cost else None,
+        # With --profile: the memory peak's largest sites (profile.py); files beside it.
+        "profile": peak,
         "cpu_seconds": cost.cpu_seconds if cost else None,
         "since_start": after,
     }
@@ -355,6 +367,18 @@ def table(report: dict[str, Any]) -> str:
         f"- wall: {report['wall_seconds']} s (fill {report['fill_seconds']} s, "
         f"PodGroups {report['settle_seconds']} s, settling {report.get('quiet_seconds', 0)} s)",
     ]
+    if report.get("profile"):
+        lines += [
+            "",
+            "Profiles (--profile: the costs above are the profiled run's): "
+            f"CPU [flame graph]({profile.CPU_SVG}), [speedscope]({profile.CPU_SPEEDSCOPE}); "
+            f"memory at the peak [flame graph]({profile.MEMORY_HTML}), "
+            f"[as text]({profile.MEMORY_PEAK})",
+            "",
+            "```",
+            *report["profile"],
+            "```",
+        ]
     return "\n".join(lines)
 
 
@@ -380,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--settle-timeout", type=float, default=600, help="for the PodGroups")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy's CPU profile of the measured window and memray's memory peak, beside "
+        "the report (the profiled run's costs are then not comparable)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-e2e-scale"), help="report folder")
     args = parser.parse_args(argv)
     if min(args.nodes, args.gangs) < 1 or args.pods < 0:

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 from prometheus_client.parser import text_string_to_metric_families
 
 from queue_controller.localcluster import LocalCluster
-from queue_controller.localcluster.cluster import State
 from queue_controller.localcluster.demo import LEASE_NAMESPACE, Demo
+from queue_controller.localcluster.state import State
 from tests.bench.e2e.shape import ROOT, ClusterShape
 from tests.bench.e2e.teams import QUEUE_NAME, QueueSettings, TeamSpec
 from tests.bench.e2e.trace import OUR_QUEUE_LABEL
@@ -115,6 +115,8 @@ class QueueController:
     queue_label: str | None = OUR_QUEUE_LABEL
     # kopf watches (user agent kopf/...); the Python client writes (OpenAPI-Generator/...).
     clients: tuple[str, ...] = ("python-client", "kopf")
+    # What runs the controller's module: a profiler's (profile.memray_launcher) or ours.
+    launcher: tuple[str, ...] = ()
 
     def prepare(self) -> None:
         pass
@@ -135,7 +137,7 @@ class QueueController:
         apply(cluster, [queue(t, settings) for t in teams])
 
     def start(self, cluster: LocalCluster) -> int | None:
-        return Demo(cluster, root=ROOT, report=lambda _: None).start_controller()
+        return Demo(cluster, root=ROOT, report=lambda _: None).start_controller(self.launcher)
 
     def stop(self) -> None:
         pass  # LocalCluster.down stops the controller first, by the PID in its state
