@@ -17,6 +17,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# Where a held Node keeps the version of its last change a cycle reads, which the memo
+# reads in place of resourceVersion: a heartbeat gives a node a new version and nothing else.
+from queue_controller.kube.memo import CYCLE_VERSION
+
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
@@ -53,6 +57,28 @@ def _newer_or_unknown(incoming: Mapping[str, Any], held: Mapping[str, Any] | Non
         return True
     new, old = _version(incoming), _version(held)
     return new is None or old is None or new >= old
+
+
+def _without_heartbeat(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A Node as a cycle reads it: all but its version and its heartbeat times."""
+    meta = {
+        k: v
+        for k, v in (node.get("metadata") or {}).items()
+        if k not in ("resourceVersion", "managedFields")
+    }
+    status = dict(node.get("status") or {})
+    conditions = status.get("conditions")
+    if isinstance(conditions, list):
+        status["conditions"] = [
+            {k: v for k, v in c.items() if k != "lastHeartbeatTime"} if isinstance(c, dict) else c
+            for c in conditions
+        ]
+    return meta, node.get("spec"), status
+
+
+def _heartbeat_only(held: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Whether ``node`` differs from ``held`` only by its kubelet's (kwok's) heartbeat."""
+    return _without_heartbeat(held) == _without_heartbeat(node)
 
 
 def slim_pod(pod: Mapping[str, Any]) -> Obj:
@@ -109,6 +135,16 @@ class ClusterState:
         ):
             return False
         self._tombstones.pop(key, None)
+        if key[0] == "Node" and held is not None and _heartbeat_only(held, obj):
+            # Its new version is kept (writes to the node are conditional on it), marked
+            # with the version a cycle last read, so it is not translated again; and no
+            # cycle is started for it.
+            beat = dict(obj)
+            beat[CYCLE_VERSION] = held.get(CYCLE_VERSION) or (held.get("metadata") or {}).get(
+                "resourceVersion"
+            )
+            self._objects[key] = beat
+            return True
         self._objects[key] = slim_pod(obj) if key[0] == "Pod" else dict(obj)
         if key[0] == "Pod" and (obj.get("spec") or {}).get("schedulingGates"):
             with self._arrivals_lock:
