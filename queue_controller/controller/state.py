@@ -137,8 +137,8 @@ class ClusterState:
         self._tombstones.pop(key, None)
         if key[0] == "Node" and held is not None and _heartbeat_only(held, obj):
             # Its new version is kept (writes to the node are conditional on it), marked
-            # with the version a cycle last read, so it is not translated again; and no
-            # cycle is started for it.
+            # with the version a cycle last read, so it is not translated again; and it
+            # wakes no cycle early (the next tick's cycle comes all the same).
             beat = dict(obj)
             beat[CYCLE_VERSION] = held.get(CYCLE_VERSION) or (held.get("metadata") or {}).get(
                 "resourceVersion"

@@ -1,8 +1,8 @@
 """A node's heartbeat changes nothing a cycle reads (issue 26, item 2): kwok, like a
 kubelet, gives every node a new resourceVersion and a new lastHeartbeatTime every few
-minutes, and at 2,000 nodes the controller translated every node again for it and started
-a cycle for each.  Now the state keeps the new version but starts no cycle, and the memo
-hands back the node as it was read; any other change is read again."""
+minutes, and the controller translated the node again for it and woke a cycle early.
+Now the state keeps the new version but wakes no cycle, and the memo hands back the node
+as it was read; any other change is read again."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def held(state: ClusterState) -> Obj:
     return obj
 
 
-def test_a_heartbeat_keeps_the_new_version_but_starts_no_cycle_and_reads_nothing() -> None:
+def test_a_heartbeat_keeps_the_new_version_but_wakes_no_cycle_and_reads_nothing() -> None:
     state = ClusterState()
     assert state.upsert(node(10))
     state.changed.clear()
