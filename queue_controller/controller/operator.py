@@ -34,7 +34,7 @@ from queue_controller.controller.release import RELEASE_THREADS, Releaser
 from queue_controller.controller.resync import Resync
 from queue_controller.controller.server import Health, HealthServer
 from queue_controller.controller.settings import Settings
-from queue_controller.controller.state import ClusterState
+from queue_controller.controller.state import ClusterState, held_form
 from queue_controller.controller.writer import WRITE_THREADS
 from queue_controller.errors import QueueControllerError
 from queue_controller.gpuhealth.dcgmhealth import DcgmHealth
@@ -116,7 +116,8 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     gateway = gw.Gateway(api)
     state = ClusterState()
     try:
-        listed = await asyncio.to_thread(watched.list_all, gateway)
+        # Each pod slimmed as its page comes: the listing never holds them all in full.
+        listed = await asyncio.to_thread(watched.list_all, gateway, held_form)
     except gw.GatewayError as error:
         raise StartupError(f"could not list the cluster: {error}") from None
     state.replace_all(listed)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from queue_controller.controller.handlers import feed
-from queue_controller.controller.state import ClusterState, Key, key_of
+from queue_controller.controller.state import ClusterState, Key, held_form, key_of
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import kinds
 from queue_controller.kube.resources import Resource
@@ -77,7 +77,9 @@ class Resync:
             if resource not in self.resources:
                 continue
             try:
-                items, listed_at = await asyncio.to_thread(self.gateway.list_at, resource)
+                items, listed_at = await asyncio.to_thread(
+                    self.gateway.list_at, resource, held_form
+                )
             except gw.NotFound:
                 if resource in kinds.OPTIONAL:
                     continue  # an operator's kind whose CRD is not installed: nothing of it

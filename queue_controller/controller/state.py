@@ -105,6 +105,12 @@ def slim_pod(pod: Mapping[str, Any]) -> Obj:
     }
 
 
+def held_form(obj: Mapping[str, Any]) -> Obj:
+    """What the state holds of a listed or watched object: a pod slimmed, anything else
+    as it is.  A listing takes this page by page (Gateway.list's ``keep``)."""
+    return slim_pod(obj) if obj.get("kind") == "Pod" else dict(obj)
+
+
 @dataclass
 class ClusterState:
     _objects: dict[Key, Obj] = field(default_factory=dict)
@@ -145,7 +151,7 @@ class ClusterState:
             )
             self._objects[key] = beat
             return True
-        self._objects[key] = slim_pod(obj) if key[0] == "Pod" else dict(obj)
+        self._objects[key] = held_form(obj)
         if key[0] == "Pod" and (obj.get("spec") or {}).get("schedulingGates"):
             with self._arrivals_lock:
                 self._gated_arrivals.add(key)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +68,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 MANAGED = {"fieldManager": FIELD_MANAGER}
 Obj = dict[str, Any]
 Listing = tuple[list[Obj], str]  # the objects, and the resourceVersion listed at
+Keep = Callable[[Obj], Obj]  # what a listing holds of each object it reads
 
 
 class GatewayError(QueueControllerError):
@@ -163,17 +164,33 @@ class Gateway:
 
     # -- reading ------------------------------------------------------------------
 
-    def list(self, kind: Resource, *, namespace: str = "", label_selector: str = "") -> list[Obj]:
+    def list(
+        self,
+        kind: Resource,
+        *,
+        namespace: str = "",
+        label_selector: str = "",
+        keep: Keep | None = None,
+    ) -> list[Obj]:
         """Every object of a kind, in all namespaces (or one), each with its kind and
-        apiVersion; only those that match ``label_selector`` when one is given."""
-        return self._list(kind, namespace=namespace, label_selector=label_selector)[0]
+        apiVersion; only those that match ``label_selector`` when one is given.
+        ``keep``: what to hold of each object, taken page by page (a pod's slim form),
+        so that a listing of 20,000 pods never holds them all in full at once."""
+        return self._list(kind, namespace=namespace, label_selector=label_selector, keep=keep)[0]
 
-    def list_at(self, kind: Resource) -> Listing:
+    def list_at(self, kind: Resource, keep: Keep | None = None) -> Listing:
         """Every object of a kind, and the resourceVersion the listing was taken at
         (a consistent snapshot across pages): what a relist compares its picture with."""
-        return self._list(kind)
+        return self._list(kind, keep=keep)
 
-    def _list(self, kind: Resource, *, namespace: str = "", label_selector: str = "") -> Listing:
+    def _list(
+        self,
+        kind: Resource,
+        *,
+        namespace: str = "",
+        label_selector: str = "",
+        keep: Keep | None = None,
+    ) -> Listing:
         items: list[Obj] = []
         query: dict[str, str] = {"limit": "500"}
         if label_selector:
@@ -183,7 +200,7 @@ class Gateway:
             page = self._request("GET", kind.path(namespace), query=query)
             for item in page.get("items", []):
                 item["kind"], item["apiVersion"] = kind.kind, kind.api_version
-                items.append(item)
+                items.append(keep(item) if keep is not None else item)
             metadata = page.get("metadata", {})
             version = version or str(metadata.get("resourceVersion", ""))
             token = metadata.get("continue")

@@ -16,12 +16,13 @@ from queue_controller.kube.kinds import OPTIONAL, WATCHED
 log = logging.getLogger(__name__)
 
 
-def list_all(gateway: gw.Gateway) -> list[gw.Obj]:
-    """Every object of every watched kind; none of an optional kind that is not served."""
+def list_all(gateway: gw.Gateway, keep: gw.Keep | None = None) -> list[gw.Obj]:
+    """Every object of every watched kind; none of an optional kind that is not served.
+    ``keep``: what to hold of each, taken as each page comes (Gateway.list)."""
     objects: list[gw.Obj] = []
     for resource in WATCHED:
         try:
-            objects.extend(gateway.list(resource))
+            objects.extend(gateway.list(resource, keep=keep))
         except gw.NotFound:
             if resource not in OPTIONAL:
                 raise

@@ -163,13 +163,19 @@ class FakeGateway(gw.Gateway):
     # -- the Gateway's methods ----------------------------------------------------------
 
     def list(
-        self, kind: gw.Resource, *, namespace: str = "", label_selector: str = ""
+        self,
+        kind: gw.Resource,
+        *,
+        namespace: str = "",
+        label_selector: str = "",
+        keep: gw.Keep | None = None,
     ) -> list[Obj]:
         # Selectors are equality only (key=value, comma-separated), as the callers use them.
         wanted = dict(p.split("=", 1) for p in label_selector.split(",") if p)
+        held = keep or (lambda obj: obj)
         with self._serve(Call("list", kind, namespace, "")):
             return [
-                {**copy.deepcopy(o), "kind": kind.kind, "apiVersion": kind.api_version}
+                held({**copy.deepcopy(o), "kind": kind.kind, "apiVersion": kind.api_version})
                 for key, o in sorted(self._objects.items())
                 if key[0] == kind.kind
                 and (not namespace or o.get("metadata", {}).get("namespace") == namespace)
@@ -178,12 +184,12 @@ class FakeGateway(gw.Gateway):
                 )
             ]
 
-    def list_at(self, kind: gw.Resource) -> gw.Listing:
+    def list_at(self, kind: gw.Resource, keep: gw.Keep | None = None) -> gw.Listing:
         with self._lock:
             # The latest version handed out: every held object is at or below it.
             version = next(self._versions)
             self._versions = itertools.count(version)
-        return self.list(kind), str(version - 1)
+        return self.list(kind, keep=keep), str(version - 1)
 
     def get(self, kind: gw.Resource, namespace: str, name: str) -> Obj:
         namespace = self._namespace(kind, namespace)
