@@ -136,12 +136,11 @@ def test_the_submitter_is_the_users_template_or_none_by_submission_mode() -> Non
     }
     submitter = read(rayjob(submitterPodTemplate=own)).facts.pod_sets[-1]
     assert pod_request(submitter.template)["cpu"] == 2000
-    for mode in ("HTTPMode", "InteractiveMode"):
-        assert [s.name for s in read(rayjob(submissionMode=mode)).facts.pod_sets] == [
-            "head",
-            "small",
-            "big",
-        ]
+    assert [s.name for s in read(rayjob(submissionMode="HTTPMode")).facts.pod_sets] == [
+        "head",
+        "small",
+        "big",
+    ]
     # SidecarMode: KubeRay puts the submitter in the head pod, where it is charged.
     head = read(rayjob(submissionMode="SidecarMode")).facts.pod_sets[0]
     assert [c.name for c in head.template.containers] == ["ray", "ray-job-submitter"]
@@ -167,6 +166,8 @@ def test_a_worker_group_counts_what_kuberay_makes_of_it() -> None:
         ({"clusterSelector": {"ray.io/cluster": "shared"}}, "spec.clusterSelector"),
         ({"rayClusterSpec": {}}, "spec.rayClusterSpec"),
         ({"shutdownAfterJobFinishes": False}, "spec.shutdownAfterJobFinishes"),
+        # KubeRay ignores suspend while an interactive RayJob waits: it could not be evicted.
+        ({"submissionMode": "InteractiveMode"}, "spec.submissionMode"),
         (
             {"rayClusterSpec": cluster_spec(enableInTreeAutoscaling=True)},
             "spec.rayClusterSpec.enableInTreeAutoscaling",

@@ -6,7 +6,8 @@ Job that KubeRay makes to run ``ray job submit`` once the cluster is up.  It is 
 set (``submitter``) of its own, from ``spec.submitterPodTemplate`` or, when there is
 none, KubeRay's default (the head's image; 500m CPU and 200Mi requested), as Kueue
 counts it.  In ``SidecarMode`` KubeRay puts that container in the head pod instead, and
-it is charged there; ``HTTPMode`` and ``InteractiveMode`` have no submitter.
+it is charged there; ``HTTPMode`` has no submitter.  ``InteractiveMode`` is refused:
+KubeRay does not suspend a RayJob while it waits for its job, so it could not be evicted.
 
 Held by ``spec.suspend``; released by unsuspending it with our gate and the label
 :data:`RAY_JOB_LABEL` added to every template (the head's, each worker group's, the
@@ -64,6 +65,7 @@ RAY_JOB_LABEL = "queue-controller.io/ray-job"
 SUBMITTER = "submitter"
 K8S_JOB_MODE = "K8sJobMode"
 SIDECAR_MODE = "SidecarMode"
+INTERACTIVE_MODE = "InteractiveMode"
 FINISHED = ("Complete", "Failed", "ValidationFailed")
 
 
@@ -189,6 +191,13 @@ class RayJobKind:
                 field="spec.shutdownAfterJobFinishes",
             )
         mode = get(spec, "submissionMode", str, "") or K8S_JOB_MODE
+        if mode == INTERACTIVE_MODE:
+            raise InputError(
+                "InteractiveMode: KubeRay does not suspend a RayJob while it waits for its "
+                "job to be submitted, so it could not be evicted; use K8sJobMode, HTTPMode "
+                "or SidecarMode, or queue a RayCluster and submit to it",
+                field="spec.submissionMode",
+            )
         sidecar = default_submitter(_head_image(spec)) if mode == SIDECAR_MODE else None
         pod_sets = cluster_pod_sets(cluster, "spec.rayClusterSpec", sidecar)
         if mode == K8S_JOB_MODE:
