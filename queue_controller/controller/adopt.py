@@ -57,7 +57,7 @@ class Adopter:
     ) -> None:
         self.gateway, self.leadership, self.managed = gateway, leadership, managed
         self._waiting: dict[_Key, tuple[str, dict[str, Any]]] = {}  # -> (resourceVersion, patch)
-        self._lock = threading.Lock()  # offered from kopf's handler threads
+        self._lock = threading.Lock()  # offer() and adopt() share the loop today; cheap
         self.adopted = 0
 
     def offer(self, job: Mapping[str, Any]) -> None:

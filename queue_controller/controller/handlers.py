@@ -252,7 +252,10 @@ def _feed(
     relisted: Callable[[], None] | None,
     adopter: Adopter | None = None,
 ) -> None:
-    def on_event(event: kopf.RawEvent, **_: Any) -> None:
+    # On the event loop, not on kopf's worker threads: holding an object is a few dict
+    # operations, cheaper than the hop to a thread and back; and the state's wake-ups
+    # (asyncio events) may only be set from the loop's own thread, or they come late.
+    async def on_event(event: kopf.RawEvent, **_: Any) -> None:
         feed(state, kind, event["type"], event["object"])
         if adopter is not None and event["type"] != "DELETED":
             adopter.offer(event["object"])  # one that got past the webhook (adopt.py)

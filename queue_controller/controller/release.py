@@ -75,8 +75,7 @@ class Releaser:
             arrived = asyncio.create_task(self.state.gated_arrived.wait())
             stopping = asyncio.create_task(stop.wait())
             try:
-                # At least once a second: the event is set from kopf's handler threads,
-                # and a wake-up from another thread can be late.
+                # At least once a second: a safety net only, the event wakes it at once.
                 await asyncio.wait(
                     (arrived, stopping), timeout=1.0, return_when=asyncio.FIRST_COMPLETED
                 )

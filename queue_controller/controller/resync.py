@@ -48,7 +48,7 @@ class Resync:
         self._asked_at = 0.0
 
     def request(self) -> None:
-        """Ask for a resync soon; safe from kopf's handler threads, cheap to repeat."""
+        """Ask for a resync soon; cheap to repeat."""
         self._asked_at = self.clock()
         self._wanted.set()
 

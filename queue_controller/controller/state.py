@@ -12,7 +12,6 @@ consistent copy.  Two rules keep the picture from going backwards:
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 # Where a held Node keeps the version of its last change a cycle reads, which the memo
 # reads in place of resourceVersion: a heartbeat gives a node a new version and nothing else.
 from queue_controller.kube.memo import CYCLE_VERSION
+from queue_controller.kube.relevance import moves_a_decision
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name)
@@ -59,26 +59,38 @@ def _newer_or_unknown(incoming: Mapping[str, Any], held: Mapping[str, Any] | Non
     return new is None or old is None or new >= old
 
 
-def _without_heartbeat(node: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A Node as a cycle reads it: all but its version and its heartbeat times."""
-    meta = {
-        k: v
-        for k, v in (node.get("metadata") or {}).items()
-        if k not in ("resourceVersion", "managedFields")
-    }
-    status = dict(node.get("status") or {})
-    conditions = status.get("conditions")
-    if isinstance(conditions, list):
-        status["conditions"] = [
-            {k: v for k, v in c.items() if k != "lastHeartbeatTime"} if isinstance(c, dict) else c
-            for c in conditions
+# Written by `kubectl apply`: a whole copy of the object, read by nothing here.
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _held_metadata(obj: Mapping[str, Any]) -> Any:
+    """An object's metadata as held: without what no cycle reads and what can be large.
+
+    ``managedFields`` (often half an object's bytes) goes, but for a PodGroup: whose
+    field manager set its ``status.phase`` tells an admission from a hand-written one
+    (kube/snapshot.phase_writer), so the entries that own it stay, cut to that field.
+    """
+    raw = obj.get("metadata")
+    if not isinstance(raw, Mapping):
+        return raw  # not the API's (a test's bad object): the cycle says what is wrong
+    meta = dict(raw)
+    managed = meta.pop("managedFields", None)
+    if obj.get("kind") == "PodGroup" and isinstance(managed, list):
+        meta["managedFields"] = [
+            {"manager": entry.get("manager"), "fieldsV1": {"f:status": {"f:phase": {}}}}
+            for entry in managed
+            if isinstance(entry, dict) and _owns_phase(entry)
         ]
-    return meta, node.get("spec"), status
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and _LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
+    return meta
 
 
-def _heartbeat_only(held: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """Whether ``node`` differs from ``held`` only by its kubelet's (kwok's) heartbeat."""
-    return _without_heartbeat(held) == _without_heartbeat(node)
+def _owns_phase(entry: Mapping[str, Any]) -> bool:
+    fields = entry.get("fieldsV1")
+    status = fields.get("f:status") if isinstance(fields, dict) else None
+    return isinstance(status, dict) and "f:phase" in status
 
 
 def slim_pod(pod: Mapping[str, Any]) -> Obj:
@@ -97,7 +109,7 @@ def slim_pod(pod: Mapping[str, Any]) -> Obj:
     return {
         "apiVersion": pod.get("apiVersion", "v1"),
         "kind": "Pod",
-        "metadata": dict(pod.get("metadata") or {}),
+        "metadata": _held_metadata(pod) or {},
         "spec": kept,
         "status": {
             k: status[k] for k in ("phase", "conditions", "resourceClaimStatuses") if k in status
@@ -107,8 +119,17 @@ def slim_pod(pod: Mapping[str, Any]) -> Obj:
 
 def held_form(obj: Mapping[str, Any]) -> Obj:
     """What the state holds of a listed or watched object: a pod slimmed, anything else
-    as it is.  A listing takes this page by page (Gateway.list's ``keep``)."""
-    return slim_pod(obj) if obj.get("kind") == "Pod" else dict(obj)
+    whole but for the metadata no cycle reads (and a Node's image list).  A listing
+    takes this page by page (Gateway.list's ``keep``)."""
+    if obj.get("kind") == "Pod":
+        return slim_pod(obj)
+    held = dict(obj)
+    if "metadata" in obj:
+        held["metadata"] = _held_metadata(obj)
+    if obj.get("kind") == "Node" and isinstance(obj.get("status"), dict):
+        # A real node lists every image it has pulled, with sizes: hundreds of entries.
+        held["status"] = {k: v for k, v in obj["status"].items() if k != "images"}
+    return held
 
 
 @dataclass
@@ -122,48 +143,55 @@ class ClusterState:
     # of admitted gangs it can send to their nodes without waiting for a cycle.
     _gated_arrivals: set[Key] = field(default_factory=set)
     gated_arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    # kopf runs our (sync) handlers on its worker threads: the arrivals are taken on the
-    # event loop's, so adding and taking hold this lock.
-    _arrivals_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Every change is made on the event loop's thread (the watch handlers are coroutines,
+    # controller/handlers.py): the events above are set where their waiters wait, and
+    # nothing here needs a lock.
 
     def upsert(self, obj: Mapping[str, Any]) -> bool:
-        """Hold ``obj`` unless an equal or newer version is already held; True if taken."""
+        """Hold ``obj`` unless an equal or newer version is already held; True if taken.
+
+        A change that cannot move a decision (kube/relevance.py) is held all the same
+        but wakes no cycle early: the next one reads it.  The same version again (the
+        watch's echo of a write the controller already assumed) is not a change at all.
+        """
         key = key_of(obj)
         if not key[2]:
             return False
         held = self._objects.get(key)
+        incoming = _version(obj)
+        if held is not None and incoming is not None and incoming == _version(held):
+            return False
         if not _newer_or_unknown(obj, held):
             return False
         tombstone = self._tombstones.get(key)
-        incoming = _version(obj)
         if key in self._tombstones and (
             tombstone is None or incoming is None or incoming <= tombstone
         ):
             return False
         self._tombstones.pop(key, None)
-        if key[0] == "Node" and held is not None and _heartbeat_only(held, obj):
-            # Its new version is kept (writes to the node are conditional on it), marked
-            # with the version a cycle last read, so it is not translated again; and it
-            # wakes no cycle early (the next tick's cycle comes all the same).
-            beat = dict(obj)
-            beat[CYCLE_VERSION] = held.get(CYCLE_VERSION) or (held.get("metadata") or {}).get(
-                "resourceVersion"
-            )
-            self._objects[key] = beat
-            return True
-        self._objects[key] = held_form(obj)
+        kept = held_form(obj)
         if key[0] == "Pod" and (obj.get("spec") or {}).get("schedulingGates"):
-            with self._arrivals_lock:
-                self._gated_arrivals.add(key)
+            self._gated_arrivals.add(key)
             self.gated_arrived.set()
+        if held is not None and not moves_a_decision(held, kept):
+            if key[0] == "Node":
+                # Its heartbeat alone moved.  Marked with the version a cycle last read,
+                # so it is not translated again either: 2,000 nodes beat every few
+                # seconds.  Its new version stays in its metadata: writes to the node
+                # are conditional on it.
+                kept[CYCLE_VERSION] = held.get(CYCLE_VERSION) or (held.get("metadata") or {}).get(
+                    "resourceVersion"
+                )
+            self._objects[key] = kept
+            return True
+        self._objects[key] = kept
         self._touch()
         return True
 
     def take_gated_arrivals(self) -> set[Key]:
         """The gated pods taken since the last call (each may have changed since)."""
-        with self._arrivals_lock:
-            taken, self._gated_arrivals = self._gated_arrivals, set()
-            self.gated_arrived.clear()
+        taken, self._gated_arrivals = self._gated_arrivals, set()
+        self.gated_arrived.clear()
         return taken
 
     def delete(self, obj: Mapping[str, Any]) -> None:
@@ -196,7 +224,7 @@ class ClusterState:
             version = None if held is None else _version(held)
             if held is None or (at is not None and version is not None and version > at):
                 continue
-            self._objects.pop(key, None)  # a handler thread may have taken it meanwhile
+            self._objects.pop(key, None)
             self._tombstones[key] = at
             gone.append(key)
         if gone:
@@ -215,8 +243,8 @@ class ClusterState:
         return self._objects.get((kind, namespace, name))
 
     def of_kind(self, kind: str) -> Iterator[Obj]:
-        # The items are copied at once (one C call, under the GIL): a handler thread may
-        # add an object meanwhile, and iterating the live dict would then raise.
+        # The items are copied at once: the generator is read lazily, and a watch event
+        # taken meanwhile would make iterating the live dict raise.
         return (obj for key, obj in list(self._objects.items()) if key[0] == kind)
 
     def all(self) -> list[Obj]:

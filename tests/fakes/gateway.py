@@ -141,6 +141,14 @@ class FakeGateway(gw.Gateway):
             meta.setdefault("resourceVersion", self._next_version())
             self._objects[self._key_of(held)] = held
 
+    def update(self, obj: Mapping[str, Any]) -> Obj:
+        """Hold ``obj`` as another client wrote it (the kubelet, the Job controller): at a
+        new version, as the API server would give it, and with no call recorded."""
+        held = copy.deepcopy(dict(obj))
+        held.setdefault("metadata", {})["resourceVersion"] = self._next_version()
+        self._objects[self._key_of(held)] = held
+        return copy.deepcopy(held)
+
     def fail_next(
         self, error: gw.GatewayError, when: Callable[[Call], bool] = lambda call: True
     ) -> None:

@@ -73,7 +73,7 @@ def test_a_member_past_the_plan_takes_the_slot_a_finished_member_left() -> None:
     # bind-0 is done: its slot on n1 is free, and one member past the plan takes it.
     done = c.held("Pod", "bind-0")
     done["status"] = {"phase": "Succeeded"}
-    c.state.upsert(done)
+    c.state.upsert(c.fake.update(done))
     c.cycle()
     assert not gated(c, "bind-2")
     assert pinned(c, "bind-2") == "n1"

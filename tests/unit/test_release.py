@@ -73,7 +73,8 @@ def test_a_member_whose_release_is_in_flight_keeps_its_slot() -> None:
     c = admitted("bind-0", "bind-1", placement={"n1": 1, "n2": 1})
     c.applier.in_flight.add("ns/bind-0", "n1")  # a cycle's patch, not answered yet
     c.state.take_gated_arrivals()
-    c.watch("Pod", "bind-1")  # only bind-1 arrives; the last cycle saw both
+    c.fake.update(c.held("Pod", "bind-1"))  # only bind-1 arrives, at a new version
+    c.watch("Pod", "bind-1")  # (the last cycle saw both)
     assert asyncio.run(releaser(c, members=("bind-0", "bind-1")).release()) == 1
     assert sent_to(c, "bind-0") is None  # left to the write in flight
     assert sent_to(c, "bind-1") == "n2"

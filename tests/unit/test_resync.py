@@ -153,9 +153,10 @@ def test_kopf_listing_events_ask_for_a_resync_and_watch_events_do_not() -> None:
         state, settings.load(), certificate=None, relisted=lambda: asked.append("relist")
     )
     (on_job,) = [h.fn for h in registry._watching.get_all_handlers() if h.id == "feed-jobs"]
-    on_job(event={"type": "MODIFIED", "object": job("a", "3")})
+    # A coroutine: the state is fed on the event loop (controller/handlers.py).
+    asyncio.run(on_job(event={"type": "MODIFIED", "object": job("a", "3")}))
     assert asked == []
-    on_job(event={"type": None, "object": job("b", "4")})  # one object of kopf's relist
+    asyncio.run(on_job(event={"type": None, "object": job("b", "4")}))  # kopf's relist
     assert asked == ["relist"]
     assert state.get("Job", "ns", "a") is not None
     assert state.get("Job", "ns", "b") is not None

@@ -239,6 +239,10 @@ class WorkloadKind(Protocol):
     # True when the kind's head is a custom resource whose CRD may not be installed (an
     # operator's): the controller then lists and watches nothing of it, and says so.
     optional: bool
+    # The fields of the head's status that ``read`` looks at.  A change to any other
+    # (the Job controller's pod counts, written as each member comes and goes) cannot
+    # move a decision, so it wakes no cycle (kube/relevance.py).
+    status_read: frozenset[str]
 
     def is_queued(self, obj: Obj) -> bool:
         """Whether a head object asks for a queue (and is so ours to hold)."""

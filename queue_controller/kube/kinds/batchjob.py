@@ -105,6 +105,7 @@ class BatchJob:
     webhook: WebhookRule = WebhookRule(resource=JOB)
     held_until_bound: bool = False
     optional: bool = False
+    status_read: frozenset[str] = frozenset({"conditions"})  # Complete, Failed
     rbac: tuple[RbacRule, ...] = head_rbac(
         JOB, "find queued Jobs; suspend, unsuspend and gate their pod template"
     )

@@ -59,6 +59,7 @@ class TrainingJob:
     held_until_bound: bool = False
     # The training-operator's CRDs may not be installed: nothing to list then.
     optional: bool = True
+    status_read: frozenset[str] = frozenset({"conditions"})  # Succeeded, Failed
 
     def __init__(self, name: str, plural: str, replica_specs: str) -> None:
         self.name = name  # PyTorchJob, ...

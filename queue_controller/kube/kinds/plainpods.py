@@ -99,6 +99,7 @@ class PlainPods:
     webhook: WebhookRule = WebhookRule(resource=POD)
     held_until_bound: bool = True
     optional: bool = False
+    status_read: frozenset[str] = frozenset()  # no head
     # Reading, binding and deleting pods are the core's rules already.
     rbac: tuple[RbacRule, ...] = ()
 

@@ -65,6 +65,7 @@ class RayClusterKind:
     webhook: WebhookRule = WebhookRule(resource=RAY_CLUSTER)
     held_until_bound: bool = False
     optional: bool = True  # KubeRay's CRDs may not be installed
+    status_read: frozenset[str] = frozenset()  # a cluster runs until it is deleted
     rbac: tuple[RbacRule, ...] = head_rbac(
         RAY_CLUSTER, "find queued RayClusters; suspend, unsuspend and gate their templates"
     )

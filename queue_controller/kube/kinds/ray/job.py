@@ -110,6 +110,7 @@ class RayJobKind:
     webhook: WebhookRule = WebhookRule(resource=RAY_JOB)
     held_until_bound: bool = False
     optional: bool = True  # KubeRay's CRDs may not be installed
+    status_read: frozenset[str] = frozenset({"jobDeploymentStatus", "jobStatus"})
     rbac: tuple[RbacRule, ...] = head_rbac(
         RAY_JOB, "find queued RayJobs; suspend, unsuspend and gate their templates"
     )

@@ -1,0 +1,71 @@
+"""Whether a watched object's change can move a decision, so whether it starts a cycle.
+
+Most watch events at scale change nothing a cycle reads:
+
+* a Node's heartbeat (kwok's, a kubelet's) gives it a new ``resourceVersion`` and new
+  ``lastHeartbeatTime``\\ s, every few seconds for every node;
+* the Job controller writes a Job's pod counts (``active``, ``ready``, ``succeeded``,
+  ``uncountedTerminatedPods``) as each member comes and goes, while a Job is read
+  only for its ``Complete`` and ``Failed`` conditions;
+* a kubelet's container statuses, which the controller does not even hold of a pod.
+
+Such an object is still held at its new version (and read at it, by the next cycle
+that runs for another reason or the tick's): it just does not wake a cycle early.
+A change that *can* move a decision always wakes one, so a missed wake is never more
+than a tick late; nothing here ever drops an object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from queue_controller.kube.kinds import BY_HEAD
+
+Obj = Mapping[str, Any]
+
+# Metadata that changes with every write and that no reader of the cycle looks at.
+_WRITE_STAMPS = ("resourceVersion", "managedFields")
+# Condition fields that move with time alone (a heartbeat); the state is what counts.
+_BEAT_STAMPS = ("lastHeartbeatTime",)
+
+
+def as_a_cycle_reads(obj: Obj) -> tuple[Any, ...]:
+    """What of ``obj`` a cycle's translation can read, as one comparable value."""
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping):
+        meta = {k: v for k, v in meta.items() if k not in _WRITE_STAMPS}
+    status = obj.get("status")
+    if status is None:
+        status = {}  # a new object's status is often written as {} first: no change
+    kind = obj.get("kind")
+    head = BY_HEAD.get(kind) if isinstance(kind, str) else None
+    if isinstance(status, Mapping):
+        if head is not None:
+            status = {k: v for k, v in status.items() if k in head.status_read}
+        elif kind == "Node":
+            status = _without_beats(status)
+    # Anything else (spec, data, a CRD's top-level fields) counts whole.  Keys that begin
+    # with "_" are the state's own marks (kube/memo.CYCLE_VERSION), never the API's.
+    rest = {
+        k: v
+        for k, v in obj.items()
+        if k not in ("metadata", "status") and not (isinstance(k, str) and k.startswith("_"))
+    }
+    return meta, status, rest
+
+
+def moves_a_decision(held: Obj, incoming: Obj) -> bool:
+    """Whether ``incoming``, a newer version of ``held``, differs in what a cycle reads."""
+    return as_a_cycle_reads(held) != as_a_cycle_reads(incoming)
+
+
+def _without_beats(status: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(status)
+    conditions = status.get("conditions")
+    if isinstance(conditions, list):
+        out["conditions"] = [
+            {k: v for k, v in c.items() if k not in _BEAT_STAMPS} if isinstance(c, dict) else c
+            for c in conditions
+        ]
+    return out
