@@ -70,6 +70,13 @@ import click
     help="Cycle at least this often, in seconds (default 5). [QC_TICK_SECONDS]",
 )
 @click.option(
+    "--cycle-period",
+    "cycle_period_seconds",
+    type=float,
+    help="Start cycles at most this often, in seconds, however fast changes come "
+    "(default 1; Volcano's schedule period). [QC_CYCLE_PERIOD_SECONDS]",
+)
+@click.option(
     "--pods-ready-timeout",
     "pods_ready_timeout_seconds",
     type=int,

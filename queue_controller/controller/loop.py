@@ -2,7 +2,11 @@
 
 It turns when the state changes (after gathering a burst of changes for
 ``batch_seconds``) and at least every ``tick_seconds``, which is what moves
-timeouts and backoffs along when nothing else happens.  Only the leader runs
+timeouts and backoffs along when nothing else happens; but cycles start at most once
+every ``period_seconds`` (Volcano's schedule period).  At scale something changes all
+the time (a pod ends somewhere every few milliseconds), and without the period the
+loop would cycle back to back, taking CPU the API server and the Job controller wait
+for; members of admitted gangs do not wait for it (controller/release.py).  Only the leader runs
 cycles.  The snapshot, the core and the planner run in a worker thread on a
 frozen copy of the state, so watch events keep flowing meanwhile.
 """
@@ -14,6 +18,7 @@ import contextlib
 import gc
 import itertools
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -71,6 +76,7 @@ class SchedulingLoop:
         batch_seconds: float,
         status_writes_per_cycle: int,
         creation_backlog: int | None = None,
+        period_seconds: float = 0.0,
         idle: Callable[[tuple[GangView, ...], float], dict[str, float]] | None = None,
     ) -> None:
         self.state, self.planner, self.applier = state, planner, applier
@@ -82,6 +88,7 @@ class SchedulingLoop:
             status_writes_per_cycle,
         )
         self.creation_backlog = creation_backlog  # admission's pacing (core/cycle/pacing.py)
+        self.period = period_seconds
         self.idle = idle  # which running gangs idle (from DCGM), when it is read
         # Admitted gangs as of the last cycle, to notice one whose objects vanish.
         self._holding: dict[str, act.Subject] = {}
@@ -96,17 +103,21 @@ class SchedulingLoop:
         self.planning = asyncio.Lock()  # held while members' slots are being planned
 
     async def run(self, stop: asyncio.Event) -> None:
+        started = -math.inf  # when the last cycle started (monotonic)
         while not stop.is_set():
             self.health.last_turn = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken(), timeout=self.tick)
             if stop.is_set():
                 return
-            await asyncio.sleep(self.batch)  # let a burst of events land together
+            # Let a burst of events land together, and keep to the period.
+            since = time.monotonic() - started
+            await asyncio.sleep(max(self.batch, self.period - since))
             self.state.changed.clear()
             self.leadership.changed.clear()
             if not self.leadership.leading:
                 continue
+            started = time.monotonic()
             await self.turn()
 
     async def turn(self) -> bool:

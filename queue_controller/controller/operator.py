@@ -178,6 +178,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         clock=time.time,
         tick_seconds=settings.tick_seconds,
         batch_seconds=settings.batch_seconds,
+        period_seconds=settings.cycle_period_seconds,
         status_writes_per_cycle=settings.status_writes_per_cycle,
         creation_backlog=settings.creation_backlog_pods or None,
         idle=None if dcgm is None else (lambda gangs, now: dcgm.idle_gangs(gangs, now=now)),

@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     batch_seconds: float = Field(
         default=0.2, ge=0, description="How long a burst of changes is gathered before a cycle."
     )
+    cycle_period_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Cycles start at most this often, however fast changes come "
+        "(Volcano's schedule period); 0: as soon as a burst is gathered.",
+    )
     pods_ready_timeout_seconds: int = Field(
         default=300, ge=0, description="Used when neither PodGroup nor Queue sets one."
     )

@@ -162,6 +162,7 @@ def test_namespace_object_only_when_asked() -> None:
             (
                 "settings.tickSeconds=2",
                 "settings.batchSeconds=0.5",
+                "settings.cyclePeriodSeconds=2",
                 "settings.podsReadyTimeoutSeconds=600",
                 "settings.statusWritesPerCycle=50",
             ),
