@@ -106,11 +106,27 @@ class TranslationMemo:
         # (kind name, namespace, gang name) -> (head version, members, group, reading)
         self._gangs: dict[_Key, tuple[str | None, tuple[Any, ...], Any, Any]] = {}
         self._next_gangs: dict[_Key, tuple[str | None, tuple[Any, ...], Any, Any]] = {}
+        # id(object) -> (the object, its key, its version, its piece).  The controller's
+        # state hands a cycle the very dict it held last cycle for an unchanged object,
+        # so the common case is one lookup by identity and a look at the version (an
+        # object changed in place, as tests do, still says so by its version), without
+        # reading its key again.  The object is kept, so its id is not reused meanwhile.
+        self._same: dict[int, tuple[Obj, _Key, str, Any]] = {}
+        self._next_same: dict[int, tuple[Obj, _Key, str, Any]] = {}
+        # id(source) -> (source, extra, what was made of them): see derived().
+        self._derived: dict[int, tuple[object, object, Any]] = {}
+        self._next_derived: dict[int, tuple[object, object, Any]] = {}
         self.hits = 0  # pieces handed back unchanged since the memo was made
         self.misses = 0  # pieces read afresh
 
     def piece(self, obj: Obj, read: Callable[[], T]) -> T:
         """``read()``'s result for ``obj``, reused while ``obj`` is at the same version."""
+        same = self._same.get(id(obj))
+        if same is not None and same[0] is obj and same[2] == _version(obj):
+            self.hits += 1
+            self._next_same[id(obj)] = same
+            self._next_pieces[same[1]] = (same[2], same[3])
+            return self._unless_failed(same[1], same[3])  # type: ignore[no-any-return]
         version, key = _version(obj), key_of(obj)
         if version is None or key is None:
             return self._read(key, read)
@@ -125,6 +141,7 @@ class TranslationMemo:
             except UnreadableObject as error:
                 value = _Failed(error)  # type: ignore[assignment]
         self._next_pieces[key] = (version, value)
+        self._next_same[id(obj)] = (obj, key, version, value)
         return self._unless_failed(key, value)
 
     def gang(
@@ -157,6 +174,18 @@ class TranslationMemo:
         self._next_gangs[key] = (version, members, group, value)
         return self._unless_failed(key, value)
 
+    def derived(self, source: object, extra: object, make: Callable[[], T]) -> T:
+        """``make()``, reused while ``source`` is the very object it was made from (a
+        piece this memo handed back: immutable) and ``extra`` is equal.  What a cycle
+        makes of each piece (a bound pod as the core sees it) is then made once."""
+        held = self._derived.get(id(source))
+        if held is not None and held[0] is source and held[1] == extra:
+            value: T = held[2]
+        else:
+            value = make()
+        self._next_derived[id(source)] = (source, extra, value)
+        return value
+
     def _read(self, key: _Key | None, read: Callable[[], T]) -> T:
         """``read()``, with every exception but an InputError made an UnreadableObject."""
         try:
@@ -186,6 +215,8 @@ class TranslationMemo:
     def end_cycle(self) -> None:
         """Keep what this cycle saw, drop the rest (objects deleted since)."""
         self._pieces, self._next_pieces = self._next_pieces, {}
+        self._same, self._next_same = self._next_same, {}
+        self._derived, self._next_derived = self._next_derived, {}
         self._gangs, self._next_gangs = self._next_gangs, {}
         self._logged, self._next_logged = self._next_logged, {}
 

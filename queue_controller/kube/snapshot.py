@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from queue_controller.core.model import (
     BoundPod,
@@ -282,7 +283,7 @@ def translate(
         fail(error)
         collected.left_out.append(left_out(item.obj, error))
 
-    bound = _bound_pods(collected.pods, members, fail_pod)
+    bound = _bound_pods(collected.pods, members, fail_pod, memo)
     memo.end_cycle()
     orphans = tuple(g for g in index.unclaimed() if WORKLOAD_KIND_LABEL in g.model.metadata.labels)
     snapshot = Snapshot(
@@ -439,6 +440,7 @@ def _bound_pods(
     pods: list[tuple[Located, PodPiece]],
     members: _Members,
     fail: Callable[[Located, InputError], None],
+    memo: TranslationMemo,
 ) -> list[BoundPod]:
     owner_of: dict[int, str] = {}
     for (kind_name, namespace, name), group in members.items():
@@ -453,18 +455,21 @@ def _bound_pods(
         if isinstance(request, InvalidSpecError):
             fail(item, InputError(request.detail, where=item.where, field=f"spec.{request.field}"))
             continue
-        out.append(
-            BoundPod(
-                namespace=pod.ref.namespace or "default",
-                name=pod.ref.name,
-                node_name=pod.node_name,
-                request=request,
-                phase=pod.phase,
-                workload=owner_of.get(id(pod), ""),
-                pod_set=pod.pod_set,
-            )
-        )
+        workload = owner_of.get(id(pod), "")
+        out.append(memo.derived(piece, workload, partial(_as_bound, pod, request, workload)))
     return out
+
+
+def _as_bound(pod: MemberPod, request: dict[str, int], workload: str) -> BoundPod:
+    return BoundPod(
+        namespace=pod.ref.namespace or "default",
+        name=pod.ref.name,
+        node_name=pod.node_name or "",
+        request=request,
+        phase=pod.phase,
+        workload=workload,
+        pod_set=pod.pod_set,
+    )
 
 
 __all__ = [

@@ -187,3 +187,26 @@ def test_the_memo_translates_as_a_fresh_reading_does(cycles: list[list[tuple[str
         for what, pick in changes:
             change(objects, what, pick)
         assert read(objects, memo) == read(objects)
+
+
+def test_an_unchanged_object_is_handed_back_by_identity_and_what_is_made_of_it_too() -> None:
+    objects, memo = world(), TranslationMemo()
+    first = read(objects, memo)
+    hits = memo.hits
+    second = read(objects, memo)
+    assert second == first
+    assert memo.hits > hits
+    # The bound pods the core sees are the very ones made last cycle, not made again.
+    assert second.snapshot.pods
+    assert all(a is b for a, b in zip(first.snapshot.pods, second.snapshot.pods, strict=True))
+
+
+def test_what_is_made_of_a_piece_is_made_again_when_the_extra_differs() -> None:
+    memo, source = TranslationMemo(), object()
+    made = memo.derived(source, "Job/ns/a", lambda: ["a"])
+    memo.end_cycle()
+    assert memo.derived(source, "Job/ns/a", lambda: ["again"]) is made
+    memo.end_cycle()
+    assert memo.derived(source, "Job/ns/b", lambda: ["b"]) == ["b"]
+    memo.end_cycle()
+    assert memo.derived(object(), "Job/ns/b", lambda: ["c"]) == ["c"]
