@@ -42,6 +42,12 @@ from queue_controller.kube.snapshot import Located, Translation, translate
 from queue_controller.kube.unread import Unread
 
 log = logging.getLogger(__name__)
+# Queues', TeamQuotas' and Cohorts' counts and figures (kubectl's columns, read by people)
+# are written at most this often: in a busy cluster they change every cycle, and each
+# change was a write, about two API requests for every gang admitted.  Kueue's
+# ClusterQueue counts lag their workloads the same way.  A new admission fair sharing
+# sample is never held back: the core reads it back from the Queue's status.
+SUMMARY_SECONDS = 5.0
 # (kind name, namespace, gang name) -> its member pods' names (in its namespace)
 GangMembers = dict[tuple[str, str, str], tuple[str, ...]]
 
@@ -101,6 +107,7 @@ class SchedulingLoop:
         # Each gang's member pods as of the last cycle (the releaser's index).
         self.members: GangMembers = {}
         self.planning = asyncio.Lock()  # held while members' slots are being planned
+        self._summarized = -math.inf  # when the last summaries went out (the cycle's clock)
 
     async def run(self, stop: asyncio.Event) -> None:
         started = -math.inf  # when the last cycle started (monotonic)
@@ -204,7 +211,7 @@ class SchedulingLoop:
         result = schedule(seen.snapshot, creation_backlog=self.creation_backlog)
         marks.append(time.perf_counter())
         idle = self.idle(seen.gangs, now) if self.idle is not None else None
-        actions = self.planner.plan(seen, result, now=now, idle=idle)
+        actions = self._summaries_due(self.planner.plan(seen, result, now=now, idle=idle), now)
         partial = 0
         flagged: Counter[tuple[str, str]] = Counter()
         for gang in seen.gangs:
@@ -249,6 +256,15 @@ class SchedulingLoop:
             members,
             seen.left_out,
         )
+
+    def _summaries_due(self, actions: list[act.Action], now: float) -> list[act.Action]:
+        """``actions`` without the summaries that can wait (SUMMARY_SECONDS); a later cycle
+        computes them again from how things stand then."""
+        if now - self._summarized >= SUMMARY_SECONDS or now < self._summarized:
+            if any(_can_wait(a) for a in actions):
+                self._summarized = now
+            return actions
+        return [a for a in actions if not _can_wait(a)]
 
     def _warnings(self, left: tuple[Unread, ...], skipped: list[str]) -> list[act.Action]:
         """A Warning event on each object left out, and a log line, once for each reason
@@ -322,6 +338,12 @@ class SchedulingLoop:
             {f"{ns}/{name}": u.usage for (ns, name), u in plan.result.queue_usage.items()}
         )
         self.metrics.set_left_out(Counter(u.model.kind for u in plan.left_out))
+
+
+def _can_wait(action: act.Action) -> bool:
+    if isinstance(action, act.QueueStatus):
+        return action.fair_sharing is None and not action.drop_fair_sharing
+    return isinstance(action, act.TeamQuotaStatus | act.CohortStatus)
 
 
 @contextlib.contextmanager

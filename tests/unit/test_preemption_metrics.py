@@ -20,7 +20,7 @@ from queue_controller.cli import cli
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
-from queue_controller.controller.loop import SchedulingLoop
+from queue_controller.controller.loop import SUMMARY_SECONDS, SchedulingLoop
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.server import Health
 from queue_controller.controller.settings import Settings
@@ -298,7 +298,8 @@ def test_a_fair_sharing_quota_shows_its_weighted_share_as_a_gauge_and_in_its_sta
         *gang("borrowing", "low", running_since=100),
         clock=lambda: NOW,
     )
-    controller = Controller(fake, lambda: NOW)
+    now = [NOW]
+    controller = Controller(fake, lambda: now[0])
     controller.cycle()
     assert controller.sample("queue_controller_team_quota_weighted_share", team_quota="team") == 250
     assert controller.sample("queue_controller_team_quota_weighted_share", team_quota="lender") == 0
@@ -307,6 +308,7 @@ def test_a_fair_sharing_quota_shows_its_weighted_share_as_a_gauge_and_in_its_sta
     assert held["status"]["fairSharing"] == {"weightedShare": 250}
     # Fair sharing switched off: the gauge and the status figure go.
     fake.delete(COHORT, "", "pool")
+    now[0] += SUMMARY_SECONDS  # a later cycle, past the pacing of status figures
     controller.cycle()
     assert (
         controller.sample("queue_controller_team_quota_weighted_share", team_quota="team") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from queue_controller.controller.loop import SUMMARY_SECONDS
 from queue_controller.journal import Journal, read_history
 from queue_controller.kube.resources import JOB, POD, POD_GROUP
 from tests.fakes.gateway import FakeGateway
@@ -24,7 +25,8 @@ def test_a_job_deleted_while_admitted_frees_its_quota_and_is_journalled(tmp_path
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     journal = Journal(url, flush_interval=0.01)
     journal.start()
-    controller = Controller(fake, lambda: NOW, journal)
+    now = [NOW]
+    controller = Controller(fake, lambda: now[0], journal)
     controller.cycle()
     quota = fake.held("TeamQuota", "", "team")
     assert quota is not None
@@ -34,6 +36,7 @@ def test_a_job_deleted_while_admitted_frees_its_quota_and_is_journalled(tmp_path
     fake.delete(POD_GROUP, "ns", "runs")
     for i in range(2):
         fake.delete(POD, "ns", f"runs-{i}")
+    now[0] += SUMMARY_SECONDS  # a later cycle, past the pacing of status figures
     controller.cycle()
     controller.cycle()  # nothing more to say about it
     journal.close()

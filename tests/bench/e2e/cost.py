@@ -38,6 +38,7 @@ PYTHON_CLIENT = "OpenAPI-Generator"  # the kubernetes Python client's default us
 class ProcessCost:
     cpu_seconds: float
     peak_rss_bytes: int
+    rss_bytes: int = 0  # resident now (VmRSS): the over-time plot's
 
 
 def process_cost(pid: int) -> ProcessCost | None:
@@ -50,11 +51,14 @@ def process_cost(pid: int) -> ProcessCost | None:
     # The command name (field 2) may hold spaces: count fields after its closing ")".
     fields = stat[stat.rindex(")") + 2 :].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    hwm = next(
-        (int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")),
-        0,
-    )
-    return ProcessCost(round(ticks / os.sysconf("SC_CLK_TCK"), 2), hwm)
+
+    def kib(field: str) -> int:
+        return next(
+            (int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith(field)),
+            0,
+        )
+
+    return ProcessCost(round(ticks / os.sysconf("SC_CLK_TCK"), 2), kib("VmHWM:"), kib("VmRSS:"))
 
 
 def client_of(user_agent: str) -> str:

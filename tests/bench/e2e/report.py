@@ -44,6 +44,8 @@ REQUIRED = (
 )
 ALLOCATION_PNG = "allocation.png"
 LATENCY_PNG = "latency-cdf.png"
+USAGE_PNG = "cpu-rss.png"  # each system's CPU and RSS over the run
+USAGE_WINDOW = 5.0  # seconds: CPU use is plotted as its mean over this window
 
 
 def figures(run: SystemRun, total_gpus: float, *, queued: bool) -> dict[str, Any]:
@@ -87,6 +89,9 @@ def figures(run: SystemRun, total_gpus: float, *, queued: bool) -> dict[str, Any
         "cpu_seconds": run.cost.cpu_seconds if run.cost else None,
         "peak_rss_bytes": run.cost.peak_rss_bytes if run.cost else None,
         # -- beyond the required keys --
+        "cpu_seconds_per_admitted_gang": (
+            round(run.cost.cpu_seconds / admitted, 4) if run.cost and admitted else None
+        ),
         "running_latency_seconds": percentiles(latencies["running"]),
         # Admission to all bound, split where the time goes (watch.gang_latencies).
         "bound_stages_seconds": {stage: percentiles(latencies[stage]) for stage in STAGES},
@@ -138,6 +143,11 @@ def write(
                 (round(t, 3), round(g / total_gpus, 5)) for t, g in run.recorder.allocation_steps
             )
         _gangs_csv(out / run.name / "gangs.csv", run)
+        if run.usage:
+            with (out / run.name / "usage.csv").open("w", newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(["seconds", "cpu_seconds", "rss_bytes"])
+                writer.writerows(run.usage)
     if runs:
         plots(out, runs, total_gpus)
     return out / "report.json"
@@ -214,6 +224,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         ("API requests per admitted gang: all but the harness", [
             s["api_requests_per_admitted_gang"]["total"] for s in systems.values()]),
         ("CPU seconds (system process)", [s["cpu_seconds"] for s in systems.values()]),
+        ("CPU seconds per admitted gang", [s.get("cpu_seconds_per_admitted_gang") for s in
+                                           systems.values()]),
         ("peak RSS (MiB)", [None if s["peak_rss_bytes"] is None else
                             round(s["peak_rss_bytes"] / 2**20, 1) for s in systems.values()]),
         ("wall seconds (cluster, run, teardown)", [s["wall_seconds"] for s in
@@ -242,6 +254,7 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         f"![GPU allocation to fully placed gangs]({ALLOCATION_PNG})",
         f"![Latency CDFs]({LATENCY_PNG})",
+        f"![CPU and RSS over the run]({USAGE_PNG})",
         "",
     ]
     for name, figures in systems.items():
@@ -311,3 +324,38 @@ def plots(out: Path, runs: Sequence[SystemRun], total_gpus: float) -> None:
     figure.tight_layout()
     figure.savefig(out / LATENCY_PNG)
     plt.close(figure)
+
+    figure, (cpu, rss) = plt.subplots(1, 2, figsize=(10, 5), dpi=100)
+    for run in runs:
+        if not run.usage:
+            continue  # no process of its own (no queue)
+        times, used = cpu_use(run.usage, USAGE_WINDOW)
+        cpu.plot(times, used, label=run.name)
+        rss.plot([t for t, _, _ in run.usage], [r / 2**20 for _, _, r in run.usage], label=run.name)
+    cpu.set_title(f"CPU (cores, mean over {USAGE_WINDOW:g} s)")
+    rss.set_title("resident memory (MiB)")
+    for panel in (cpu, rss):
+        panel.set_xlabel("seconds since the first submission")
+        panel.grid(alpha=0.3)
+        panel.legend()
+    figure.tight_layout()
+    figure.savefig(out / USAGE_PNG)
+    plt.close(figure)
+
+
+def cpu_use(
+    usage: Sequence[tuple[float, float, int]], window: float
+) -> tuple[list[float], list[float]]:
+    """Cores in use over time: CPU seconds spent over each ``window`` seconds, divided by
+    the seconds that passed (at each sample, looking back to the first within it)."""
+    times: list[float] = []
+    cores: list[float] = []
+    start = 0
+    for t, spent, _ in usage:
+        while usage[start][0] < t - window:
+            start += 1
+        t0, spent0, _ = usage[start]
+        if t > t0:
+            times.append(t)
+            cores.append((spent - spent0) / (t - t0))
+    return times, cores

@@ -66,6 +66,8 @@ class SystemRun:
     watch_restarts: int = 0
     own_metrics: dict[str, Any] | None = None  # the system's own account (never compared)
     profile: list[str] = field(default_factory=list)  # the memory peak's text, with --profile
+    # (seconds since the run started, CPU seconds so far, RSS bytes), once a second.
+    usage: list[tuple[float, float, int]] = field(default_factory=list)
 
 
 def deadline(trace: Trace, shape: ClusterShape) -> float:
@@ -189,7 +191,7 @@ def run_system(system: System, config: RunConfig, progress: Progress) -> SystemR
         pid = system.start(cluster)
         cpu = profile.CpuProfile.start(pid, folder) if profiling and pid is not None else None
         outcome.cluster_seconds = round(time.monotonic() - wall, 1)
-        _replay(system, config, cluster, recorder, outcome, progress)
+        _replay(system, config, cluster, recorder, outcome, progress, pid)
         outcome.cost = process_cost(pid) if pid is not None else None
         outcome.own_metrics = system.own_metrics(cluster)
         time.sleep(2)  # the audit log is written in batches, at most a second apart
@@ -216,6 +218,7 @@ def _replay(
     recorder: Recorder,
     outcome: SystemRun,
     progress: Progress,
+    pid: int | None = None,
 ) -> None:
     started = time.monotonic()
 
@@ -240,6 +243,9 @@ def _replay(
                 f"done {counts['completed']}  evictions {counts['evictions']}  "
                 f"allocated {alloc:4.0%}"
             )
+            now = process_cost(pid) if pid is not None else None
+            if now is not None:
+                outcome.usage.append((round(clock(), 2), now.cpu_seconds, now.rss_bytes))
             if not submitter.is_alive() and counts["completed"] >= counts["submitted"]:
                 break
             if clock() > limit:
