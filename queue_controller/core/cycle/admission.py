@@ -425,9 +425,13 @@ class _Cycle:
             return decision_for(workload, Verdict.PENDING, Reason.POD_CREATION_BACKLOG, message)
         borrowed = self.ledger.borrowed(queue.team_quota, need)
         self.ledger.reserve(queue.team_quota, need)
-        total: Counter[str] = Counter()
-        for placement in placed:
-            total.update(placement.nodes)
+        # One pod set, as nearly every gang has: its nodes are the total, nothing to add.
+        total: Mapping[str, int] = placed[0].nodes
+        if len(placed) > 1:
+            summed: Counter[str] = Counter()
+            for placement in placed:
+                summed.update(placement.nodes)
+            total = summed
         message = (
             f"{count_of(workload.gang_size, 'member')} placed on {count_of(len(total), 'node')}; "
             f"charged to TeamQuota {queue.team_quota}"

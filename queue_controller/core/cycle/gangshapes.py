@@ -63,7 +63,13 @@ def gang_shapes(
                     continue
                 ask = resolved
             labels = p.labels[index] if p.labels else {}
-            memo = (pod_set.template, tuple(sorted(request.items())), ask, p.workload.namespace)
+            # Without DRA a pod set's request is its template's (rules/prepared.py), so
+            # the template stands for it in the key; with DRA, claims add to it.
+            memo = (
+                (pod_set.template, ask, p.workload.namespace)
+                if devices is None
+                else (pod_set.template, tuple(sorted(request.items())), ask, p.workload.namespace)
+            )
             shape = by_template.get(memo)
             if shape is None:
                 shape = by_template[memo] = shape_of(

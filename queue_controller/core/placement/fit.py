@@ -108,7 +108,8 @@ class EquivalenceIndex:
         # strands accelerators a gang does not use must not depend on which other
         # gangs happen to be pending in the cycle.
         names = {name for shape in shapes for name in shape.request}
-        names.update(name for facts in all_facts for name in facts[3] if is_extended(name))
+        offered = {name for facts in all_facts for name in facts[3]}  # a few, over every node
+        names.update(name for name in offered if is_extended(name))
         self._dims: tuple[str, ...] = tuple(sorted(names, key=scarcity_rank))
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
         self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
