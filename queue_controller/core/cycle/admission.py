@@ -129,12 +129,14 @@ class _Cycle:
         )
         # Pending gangs holding nominated room (their victims are still going): the
         # room is charged now, so that no gang before them takes it.
-        known = {node.name for node in snapshot.nodes}
         self.holding: set[str] = set()
-        for p in self.pending:
+        # Only a gang that preempted names such room: no other is looked up here.
+        nominating = [p for p in self.pending if p.workload.nominated]
+        known = {node.name for node in snapshot.nodes} if nominating else set()
+        for p in nominating:
             nominated = p.workload.nominated
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
-            if p.error or not nominated or p.workload.key not in self.shapes:
+            if p.error or p.workload.key not in self.shapes:
                 continue
             if queue is None or queue.team_quota not in self.ledger:
                 continue
