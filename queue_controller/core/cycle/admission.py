@@ -304,7 +304,8 @@ class _Cycle:
                 f"requeued {workload.requeue_count} times after eviction; "
                 f"eligible again at {due} (in {wait})",
             )
-        refusal = self.refused.get(workload.key)
+        # Topology refusals and preemptors' room are rare: without any, no key is built.
+        refusal = self.refused.get(workload.key) if self.refused else None
         if refusal is not None and refusal.missing_topology:
             return pending(Reason.TOPOLOGY_NOT_FOUND, refusal.message)
         if refusal is not None:
@@ -319,7 +320,7 @@ class _Cycle:
                 Reason.WAITING_FOR_HEAD,
                 f"StrictFIFO queue {queue.namespace}/{queue.name} is held by its head {head}",
             )
-        if workload.key in self.holding:
+        if self.holding and workload.key in self.holding:
             decision = self.preemptor.admit_nominated(prepared, queue)
         else:
             decision = self._try_admit(prepared, queue)
