@@ -129,12 +129,14 @@ class _Cycle:
         )
         # Pending gangs holding nominated room (their victims are still going): the
         # room is charged now, so that no gang before them takes it.
-        known = {node.name for node in snapshot.nodes}
         self.holding: set[str] = set()
-        for p in self.pending:
+        # Only a gang that preempted names such room: no other is looked up here.
+        nominating = [p for p in self.pending if p.workload.nominated]
+        known = {node.name for node in snapshot.nodes} if nominating else set()
+        for p in nominating:
             nominated = p.workload.nominated
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
-            if p.error or not nominated or p.workload.key not in self.shapes:
+            if p.error or p.workload.key not in self.shapes:
                 continue
             if queue is None or queue.team_quota not in self.ledger:
                 continue
@@ -302,7 +304,8 @@ class _Cycle:
                 f"requeued {workload.requeue_count} times after eviction; "
                 f"eligible again at {due} (in {wait})",
             )
-        refusal = self.refused.get(workload.key)
+        # Topology refusals and preemptors' room are rare: without any, no key is built.
+        refusal = self.refused.get(workload.key) if self.refused else None
         if refusal is not None and refusal.missing_topology:
             return pending(Reason.TOPOLOGY_NOT_FOUND, refusal.message)
         if refusal is not None:
@@ -317,7 +320,7 @@ class _Cycle:
                 Reason.WAITING_FOR_HEAD,
                 f"StrictFIFO queue {queue.namespace}/{queue.name} is held by its head {head}",
             )
-        if workload.key in self.holding:
+        if self.holding and workload.key in self.holding:
             decision = self.preemptor.admit_nominated(prepared, queue)
         else:
             decision = self._try_admit(prepared, queue)
@@ -425,9 +428,13 @@ class _Cycle:
             return decision_for(workload, Verdict.PENDING, Reason.POD_CREATION_BACKLOG, message)
         borrowed = self.ledger.borrowed(queue.team_quota, need)
         self.ledger.reserve(queue.team_quota, need)
-        total: Counter[str] = Counter()
-        for placement in placed:
-            total.update(placement.nodes)
+        # One pod set, as nearly every gang has: its nodes are the total, nothing to add.
+        total: Mapping[str, int] = placed[0].nodes
+        if len(placed) > 1:
+            summed: Counter[str] = Counter()
+            for placement in placed:
+                summed.update(placement.nodes)
+            total = summed
         message = (
             f"{count_of(workload.gang_size, 'member')} placed on {count_of(len(total), 'node')}; "
             f"charged to TeamQuota {queue.team_quota}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from queue_controller.core.cycle.devicecatalog import DeviceCatalog
-from queue_controller.core.model.objects import Queue, Topology
+from queue_controller.core.model.objects import PodTemplate, Queue, Topology
 from queue_controller.core.placement.shapes import GangShape, SetShape, shape_of
 from queue_controller.core.rules.prepared import Prepared
 from queue_controller.core.rules.topology import Refusal, TopologyAsk, resolve
@@ -29,8 +29,20 @@ def gang_shapes(
     by_name = {t.name: t for t in topologies}
     by_template: dict[tuple[object, ...], GangShape] = {}
     asked: dict[tuple[object, ...], TopologyAsk | Refusal] = {}
+    # Nearly every gang has one pod set and asks for no topology, and a cycle without
+    # DRA adds nothing to what a template requests (rules/prepared.py): such a gang's
+    # shape is its template's, found by the template alone.
+    plain: dict[PodTemplate, GangShape] = {}
     for p in pending:
         if p.error:
+            continue
+        pod_sets = p.workload.pod_sets
+        if devices is None and len(pod_sets) == 1 and pod_sets[0].topology is None:
+            template = pod_sets[0].template
+            shape = plain.get(template)
+            if shape is None:
+                shape = plain[template] = shape_of(template, p.requests[0])
+            shapes[p.workload.key] = (SetShape(pod_sets[0], shape),)
             continue
         sets = []
         queue = queues.get((p.workload.namespace, p.workload.queue))

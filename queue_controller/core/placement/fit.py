@@ -108,7 +108,8 @@ class EquivalenceIndex:
         # strands accelerators a gang does not use must not depend on which other
         # gangs happen to be pending in the cycle.
         names = {name for shape in shapes for name in shape.request}
-        names.update(name for facts in all_facts for name in facts[3] if is_extended(name))
+        offered = {name for facts in all_facts for name in facts[3]}  # a few, over every node
+        names.update(name for name in offered if is_extended(name))
         self._dims: tuple[str, ...] = tuple(sorted(names, key=scarcity_rank))
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
         self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
@@ -469,15 +470,26 @@ class EquivalenceIndex:
             return view.shortfall
         request = view.request
         scarce = request.pairs[0][0]
-        blocked: Counter[str] = Counter()
+        # What each of the gang's resources says when it is the one that runs out.
+        insufficient = [f"Insufficient {self._dims[i]}" for i, _ in request.pairs]
+        get, amounts, fitting = request.dims, request.amounts, view.fitting
+        blocked: dict[str, int] = {}
         usable = total_free = most_free = 0
+        # Every bucket of every class a refused gang may use: the loop is kept to calls
+        # into C, as MemberRequest.fits is.
         for free, names in node_class.buckets.items():
             nodes = len(names)
-            if free in view.fitting:
+            if free in fitting:
                 usable += nodes
-            # The resource that runs out first; on a tie, the scarcest.
-            limiting = min(request.pairs, key=lambda r: max(free[r[0]] // r[1], 0))
-            blocked[f"Insufficient {self._dims[limiting[0]]}"] += nodes
+            # The resource that runs out first (the fewest members; an overcommitted
+            # one, below zero, takes none); on a tie, the scarcest, listed first.
+            members = list(map(floordiv, get(free), amounts))
+            fewest = min(members)
+            if fewest < 0:
+                fewest = 0
+                members = [max(m, 0) for m in members]
+            reason = insufficient[members.index(fewest)]
+            blocked[reason] = blocked.get(reason, 0) + nodes
             spare = max(0, free[scarce])
             total_free += spare * nodes
             most_free = max(most_free, spare)

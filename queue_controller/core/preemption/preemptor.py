@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from functools import cached_property
 
 from queue_controller.core.model.decisions import Decision, Reason, Verdict, decision_for
 from queue_controller.core.model.objects import Preemption, Queue, ReclaimPolicy, WithinPolicy
@@ -94,27 +95,45 @@ class Preemptor:
     ) -> None:
         self.ledger, self.placer, self.fair = ledger, placer, fair
         self.queues, self.shapes, self._place = queues, shapes, place
-        # What each admitted gang would give back, by key, in Holder.order; victims
-        # leave as they are chosen.  by_quota holds the same, quota by quota.
-        self.holders = self._holders(admitted, held)
-        # Each admitted gang's TeamQuota, victims included (fair sharing's turns read it).
-        self.holder_quota = {key: holder.team_quota for key, holder in self.holders.items()}
-        self.by_quota: dict[str, dict[str, Holder]] = defaultdict(dict)
-        for key, holder in self.holders.items():
-            self.by_quota[holder.team_quota][key] = holder
+        self._admitted, self._held = list(admitted), held
         self.search = VictimSearch(ledger, placer)
         self._fitted: list[Placement] = []
 
-    def _holders(
-        self, admitted: Iterable[Prepared], held: Mapping[str, Usage]
-    ) -> dict[str, Holder]:
+    @cached_property
+    def _victims_index(
+        self,
+    ) -> tuple[dict[str, Holder], dict[str, str], dict[str, dict[str, Holder]]]:
+        """The admitted gangs as candidate victims, worked out the first time a gang may
+        preempt: a cycle in which no quota preempts (or no gang is refused) never
+        pays for it.  Nothing it reads changes during the cycle before then."""
         out = []
-        for p in admitted:
+        for p in self._admitted:
             queue = self.queues.get((p.workload.namespace, p.workload.queue))
             if p.error or queue is None or queue.team_quota not in self.ledger:
                 continue
-            out.append(Holder(p, queue.team_quota, p.need(), held.get(p.workload.key, {})))
-        return {holder.key: holder for holder in sorted(out, key=lambda h: h.order)}
+            out.append(Holder(p, queue.team_quota, p.need(), self._held.get(p.workload.key, {})))
+        holders = {holder.key: holder for holder in sorted(out, key=lambda h: h.order)}
+        quota_of = {key: holder.team_quota for key, holder in holders.items()}
+        by_quota: dict[str, dict[str, Holder]] = defaultdict(dict)
+        for key, holder in holders.items():
+            by_quota[holder.team_quota][key] = holder
+        return holders, quota_of, by_quota
+
+    @property
+    def holders(self) -> dict[str, Holder]:
+        """What each admitted gang would give back, by key, in Holder.order; victims
+        leave as they are chosen."""
+        return self._victims_index[0]
+
+    @property
+    def holder_quota(self) -> dict[str, str]:
+        """Each admitted gang's TeamQuota, victims included (fair sharing's turns read it)."""
+        return self._victims_index[1]
+
+    @property
+    def by_quota(self) -> dict[str, dict[str, Holder]]:
+        """The same as :attr:`holders`, quota by quota."""
+        return self._victims_index[2]
 
     def _fits(self, prepared: Prepared, team: str, need: Resources) -> bool:
         """Whether the gang would be admitted now (changing nothing).

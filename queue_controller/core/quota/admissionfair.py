@@ -165,6 +165,9 @@ class FairQueues:
         by (priority, usage, age), read after the decisions before it (call
         :meth:`decided` on each).  Other gangs, and invalid ones, keep their places.
         """
+        if not self._queues:  # no TeamQuota shares admission: the order stands as it is
+            yield from pending
+            return
         waiting: dict[str, dict[QueueKey, deque[Prepared]]] = defaultdict(dict)
         for prepared in pending:
             key = self._key(prepared)
@@ -196,8 +199,10 @@ class FairQueues:
 
     def decided(self, prepared: Prepared, decision: Decision) -> None:
         """An admitted gang counts for its Queue at once: current usage and entry penalty."""
+        if not self._queues or decision.verdict is not Verdict.ADMIT:
+            return
         key = self._key(prepared)
-        if key is None or decision.verdict is not Verdict.ADMIT:
+        if key is None:
             return
         if prepared.workload.key in self._decided:
             return

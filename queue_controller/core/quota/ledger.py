@@ -134,7 +134,8 @@ class QuotaLedger:
         if limits is None:
             return None
         leaf = self.tree.quotas[name]
-        own = self._held.get((name, resource), 0)
+        # Rarely anything is held: the key is not even built then (asked of every gang).
+        own = self._held.get((name, resource), 0) if self._held else 0
         if own:  # what it holds, it holds for itself
             self._hold(leaf, resource, -own)
         try:
@@ -150,13 +151,15 @@ class QuotaLedger:
 
     def within_nominal(self, name: str, need: Resources) -> bool:
         """Whether ``need`` fits in what is left of the quota's own nominal."""
-        quota = self._quotas[name]
-        usage = self.used(name)
-        return all(
-            usage.get(resource, 0) + amount <= quota.resources[resource].nominal
-            for resource, amount in need.items()
-            if amount > 0 and resource in quota.resources
-        )
+        # A plain loop: the cycle asks this of every pending gang whose quota has a cohort.
+        limits = self._quotas[name].resources
+        usage = self.tree.quotas[name].usage
+        for resource, amount in need.items():
+            if amount > 0:
+                quota = limits.get(resource)
+                if quota is not None and usage.get(resource, 0) + amount > quota.nominal:
+                    return False
+        return True
 
     def hold_idle_nominal(self, name: str, need: Resources) -> None:
         """Keep idle nominal of ``name``, up to what ``need`` asks, from being lent this cycle.
@@ -247,8 +250,11 @@ class QuotaLedger:
         of the tree it comes from, for the message: "4 nvidia.com/gpu from cohort
         research, 2 of it from cohort org via research"."""
         quota = self._quotas[name]
-        used = self.used(name)
-        drawn = self.drawn_from(name, need)
+        leaf = self.tree.quotas[name]
+        # Only a quota whose cohort has a parent can borrow from more than one level;
+        # in a flat cohort (or none) it is the cohort alone, and the tree is not walked.
+        nested = leaf.parent is not None and leaf.parent.parent is not None
+        used = leaf.usage
         out = []
         for resource in sorted(need, key=scarcity_rank):
             limits = quota.resources.get(resource)
@@ -259,7 +265,9 @@ class QuotaLedger:
             if after <= before:
                 continue
             amount = after - before
-            levels = drawn.get(resource, [(quota.cohort, amount)])
+            # As drawn_from says it, worked out only for what is borrowed.
+            drawn = self.tree.borrowed_above(leaf, resource, need[resource]) if nested else []
+            levels = [(node.name, up) for node, up in drawn] or [(quota.cohort, amount)]
             text = f"{format_milli(amount, resource)} {resource} from cohort {levels[0][0]}"
             for (below, _), (cohort, up) in itertools.pairwise(levels):
                 part = format_milli(min(up, amount), resource)

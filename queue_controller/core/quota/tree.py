@@ -172,15 +172,18 @@ class QuotaTree:
         ancestors' by what it moves beyond their guarantees."""
         self.version += 1
         while amount:
-            before = node.usage.get(resource, 0)
-            keep = node.guaranteed(resource)
+            usage = node.usage
+            before = usage.get(resource, 0)
             after = before + amount
-            node.usage[resource] = after
-            if not node.draws_on_parent(resource):
+            usage[resource] = after
+            # draws_on_parent and guaranteed, inlined: every admission and every victim
+            # tried charges every level of its tree.
+            parent = node.parent
+            if parent is None or not (node.cohort or resource in node.limits):
                 return
-            assert node.parent is not None
+            keep = node.keep.get(resource, 0)
             amount = max(0, after - keep) - max(0, before - keep)
-            node = node.parent
+            node = parent
 
     def usage_with(self, node: Node, leaf: Node, resource: str, amount: int) -> int:
         """``node``'s usage of ``resource`` were ``amount`` more used at ``leaf`` below it

@@ -40,15 +40,27 @@ class Prepared:
         Device dimensions are the placer's; the quota is charged for devices by
         their DeviceClass's quota resource instead.
         """
-        if self._need is None:
-            total: Counter[str] = Counter(self.device_quota)
-            for pod_set, request in zip(self.workload.pod_sets, self.requests, strict=True):
-                for resource, amount in request.items():
-                    if not is_device_dimension(resource):
-                        total[resource] += amount * pod_set.count
-            object.__setattr__(self, "_need", dict(total))
-        assert self._need is not None
-        return self._need
+        need = self._need
+        if need is None:
+            # Every pending gang asks for this at every cycle, and nearly all have one
+            # pod set and no claims: their need is one comprehension.
+            pod_sets = self.workload.pod_sets
+            if len(pod_sets) == len(self.requests) == 1 and not self.device_quota:
+                count = pod_sets[0].count
+                need = {
+                    r: amount * count
+                    for r, amount in self.requests[0].items()
+                    if not is_device_dimension(r)
+                }
+            else:
+                total: Counter[str] = Counter(self.device_quota)
+                for pod_set, request in zip(pod_sets, self.requests, strict=True):
+                    for resource, amount in request.items():
+                        if not is_device_dimension(resource):
+                            total[resource] += amount * pod_set.count
+                need = dict(total)
+            object.__setattr__(self, "_need", need)
+        return need
 
 
 def prepare(workload: Workload, priorities: PriorityTable) -> Prepared:
