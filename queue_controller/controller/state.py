@@ -176,9 +176,10 @@ class ClusterState:
         if held is not None and not moves_a_decision(held, kept):
             if key[0] == "Node":
                 # Its heartbeat alone moved.  Marked with the version a cycle last read,
-                # so it is not translated again either: 2,000 nodes beat every few
-                # seconds.  Its new version stays in its metadata: writes to the node
-                # are conditional on it.
+                # so it is not translated again either: every node beats every few
+                # minutes, so 2,000 of them make a beat every few tenths of a second.
+                # Its new version stays in its metadata: writes to the node are
+                # conditional on it.
                 kept[CYCLE_VERSION] = held.get(CYCLE_VERSION) or (held.get("metadata") or {}).get(
                     "resourceVersion"
                 )

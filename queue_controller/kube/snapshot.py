@@ -360,8 +360,9 @@ def _gangs(
         if kind.head is not None:
             for item, namespace, name in collected.heads.get(kind.head.kind, []):
                 pods = members.get((kind.name, namespace, name), [])
+                # Where the head is, said only if it is wrong: saying it walks the object.
                 view = _view(
-                    kind, item.obj, namespace, name, pods, index, queues, item.where, fail, memo
+                    kind, item.obj, namespace, name, pods, index, queues, _where(item), fail, memo
                 )
                 if view is not None:
                     out.append(view)
@@ -369,7 +370,7 @@ def _gangs(
             for (kind_name, namespace, name), pods in sorted(members.items()):
                 if kind_name != kind.name:
                     continue
-                where = f"{kind.name} group {namespace}/{name}"
+                where = partial(str, f"{kind.name} group {namespace}/{name}")
                 view = _view(kind, None, namespace, name, pods, index, queues, where, fail, memo)
                 if view is not None:
                     out.append(view)
@@ -384,7 +385,7 @@ def _view(
     pods: list[MemberPod],
     index: GroupIndex,
     queues: dict[tuple[str, str], Queue],
-    where: str,
+    where: Callable[[], str],
     fail: Skip,
     memo: TranslationMemo,
 ) -> GangView | None:
@@ -392,7 +393,7 @@ def _view(
     key = (kind.name, namespace, name)
 
     def broken(error: InputError) -> KindGang:
-        located = error.located(where=where)
+        located = error.located(where=where())
         return broken_gang(
             kind, namespace=namespace, name=name, head=head, members=members, error=located
         )
@@ -422,10 +423,10 @@ def _view(
             gang = broken(error)
             workload = workload_of(kind, gang, group)
     except InputError as error:  # what even a broken gang must get right (its name)
-        fail(error.located(where=where))
+        fail(error.located(where=where()))
         return None
     except Exception as bug:  # the boundary's last line: the gang alone is left out
-        fail(memo.unreadable(key, bug).located(where=where))
+        fail(memo.unreadable(key, bug).located(where=where()))
         return None
     return GangView(
         kind=kind,
@@ -434,6 +435,10 @@ def _view(
         group=group,
         queue=queues.get((namespace, gang.facts.queue)),
     )
+
+
+def _where(item: Located) -> Callable[[], str]:
+    return lambda: item.where
 
 
 def _bound_pods(
