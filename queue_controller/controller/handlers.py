@@ -134,11 +134,6 @@ def build_registry(
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our own Events, with stable reasons
         settings.persistence.diffbase_storage = NoDiffBase()
-        # kopf waits this long after an object's event for more of the same object, then
-        # hands on the last.  Holding an event costs a few dict operations, and a gang's
-        # last member waits through it before the releaser can send the gang: 0.1 s, the
-        # default, is a tenth of a second on every release.
-        settings.batching.batch_window = 0.01
         settings.watching.server_timeout = 270
         settings.watching.client_timeout = 300
         settings.watching.connect_timeout = 10
