@@ -156,7 +156,7 @@ def test_a_queue_deleted_under_its_gangs_loses_nothing(
     objects.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "queues", "q")
     # The waiting gang says why it waits; the running one runs to its end.
     eventually(
-        lambda: (g := objects.pod_group("waits")) and g["status"].get("reason") == "QueueNotFound",
+        lambda: objects.reason("waits") == "QueueNotFound",
         timeout=30,
         what="QueueNotFound",
     )
@@ -182,7 +182,7 @@ def test_a_quota_lowered_below_its_use_keeps_what_runs_and_admits_nothing_new(
     )
     create(cluster, namespace, job("small", queue="q", gpus=1, pods=1, nodes=nodes))
     eventually(
-        lambda: (g := objects.pod_group("small")) and g["status"].get("reason") == "QuotaExceeded",
+        lambda: objects.reason("small") == "QuotaExceeded",
         timeout=30,
         what="the new gang waiting on the lowered quota",
     )
@@ -314,7 +314,7 @@ def test_an_api_server_restart_is_followed_by_a_relist_that_leaves_no_ghosts(
     eventually(lambda: quota_used(objects, quota) == "8", what="the whole quota in use")
     create(cluster, namespace, job("next", queue="q", gpus=2, pods=1, nodes=nodes))
     eventually(
-        lambda: (g := objects.pod_group("next")) and g["status"].get("reason") == "QuotaExceeded",
+        lambda: objects.reason("next") == "QuotaExceeded",
         timeout=30,
         what="the second gang waiting on the quota",
     )

@@ -158,6 +158,12 @@ class Objects:
             return group
         return None
 
+    def reason(self, name: str) -> str | None:
+        """The PodGroup's reason, or None until the controller has written a status:
+        the PodGroup is created first, and its status follows in a later write."""
+        group = self.pod_group(name)
+        return None if group is None else group.get("status", {}).get("reason")
+
     def cleanup(self) -> None:
         for name in self.quotas:
             self.api.delete_cluster_custom_object(GROUP, VERSION, "teamquotas", name)
