@@ -9,6 +9,11 @@ Members are sent by cycles and, between them, by the releaser (controller/releas
 A member whose release is *in flight* (its patch sent, the written pod not yet in the
 state) holds its slot for both: :class:`InFlight` says which, and :func:`with_sent`
 shows such members as sent, so no two members are ever given one slot.
+
+A cycle plans from a copy, on its own thread, while the releaser goes on sending: it
+notes what was sent since its copy (:meth:`InFlight.since`) and drops its own
+bindings of those members and to those nodes (:func:`without_sent_since`).  Two
+members meet on one slot only on one node, so what was sent elsewhere cannot clash.
 """
 
 from __future__ import annotations
@@ -22,7 +27,22 @@ from queue_controller.kube.gangs import GangView
 from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL
 from queue_controller.kube.views import MemberPod
 
-__all__ = ["InFlight", "bindings", "member_bindings", "with_sent"]
+__all__ = [
+    "InFlight",
+    "SentSince",
+    "bindings",
+    "member_bindings",
+    "with_sent",
+    "without_sent_since",
+]
+
+
+class SentSince:
+    """The members sent, and the nodes they were sent to, since it was opened."""
+
+    def __init__(self) -> None:
+        self.pods: set[str] = set()
+        self.nodes: set[str] = set()
 
 
 class InFlight:
@@ -34,9 +54,23 @@ class InFlight:
 
     def __init__(self) -> None:
         self._nodes: dict[str, str] = {}
+        self._open: list[SentSince] = []  # one per cycle planning now (at most one)
 
     def add(self, pod: str, node: str) -> None:
         self._nodes[pod] = node
+        for record in self._open:
+            record.pods.add(pod)
+            record.nodes.add(node)
+
+    def since(self) -> SentSince:
+        """Start noting what is sent from now on; :meth:`close` it when done."""
+        record = SentSince()
+        self._open.append(record)
+        return record
+
+    def close(self, record: SentSince) -> SentSince:
+        self._open.remove(record)
+        return record
 
     def discard(self, pod: str) -> None:
         self._nodes.pop(pod, None)
@@ -71,6 +105,19 @@ def with_sent(gangs: Sequence[GangView], sent: Mapping[str, str]) -> tuple[GangV
             gang = replace(gang, gang=replace(gang.gang, members=members))
         out.append(gang)
     return tuple(out)
+
+
+def without_sent_since(actions: list[act.Action], sent: SentSince) -> list[act.Action]:
+    """``actions`` less the bindings a cycle planned that what was sent since its copy
+    may clash with: of the same member, or to a node that got a member meanwhile.  They
+    stay gated for the next cycle, which sees how things stand."""
+    if not sent.pods:
+        return actions
+    return [
+        a
+        for a in actions
+        if not (isinstance(a, act.BindMember) and (a.pod.key in sent.pods or a.node in sent.nodes))
+    ]
 
 
 def member_bindings(gang: GangView) -> list[act.BindMember]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from queue_controller.controller import actions as act
 from queue_controller.controller.apply import Applier
-from queue_controller.controller.binding import with_sent
+from queue_controller.controller.binding import with_sent, without_sent_since
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import HOLDING, Planner, subject
 from queue_controller.controller.metrics import Metrics
@@ -106,7 +106,7 @@ class SchedulingLoop:
         self.in_flight = applier.in_flight
         # Each gang's member pods as of the last cycle (the releaser's index).
         self.members: GangMembers = {}
-        self.planning = asyncio.Lock()  # held while members' slots are being planned
+        self.planning = asyncio.Lock()  # held while a view is copied, and while slots are reserved
         self._summarized = -math.inf  # when the last summaries went out (the cycle's clock)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -153,18 +153,25 @@ class SchedulingLoop:
                 task.cancel()
 
     async def cycle(self) -> None:
-        # Planning holds `planning` from the copy until its members' slots are reserved:
-        # the releaser, which plans too, then never plans from a view that misses them.
+        # The releaser goes on sending members while the cycle plans (a cycle at
+        # thousands of nodes takes most of a second: arrived members waited that long).
+        # What it sent since the copy is noted, and the cycle's bindings that could
+        # clash with it are dropped before the cycle reserves its own (binding.py).
         async with self.planning:
             frozen = self.state.copy()
             sent = self.in_flight.copy()  # releases not yet in the copy hold their slots
+            since = self.in_flight.since()
+        try:
             started = time.perf_counter()
             plan = await asyncio.to_thread(self._plan, frozen, self.clock(), sent)
-            self.members = plan.members
-            planned = time.perf_counter()
-            self.metrics.cycle_seconds.observe(planned - started)
-            actions = self._budgeted(plan.actions)
-            reserved = self.applier.reserve(actions)
+            async with self.planning:
+                self.members = plan.members
+                planned = time.perf_counter()
+                self.metrics.cycle_seconds.observe(planned - started)
+                actions = without_sent_since(self._budgeted(plan.actions), since)
+                reserved = self.applier.reserve(actions)
+        finally:
+            self.in_flight.close(since)
         # The gauges describe this cycle's decisions: set before the writes that carry
         # them out, so whoever reads a status this cycle wrote finds them already.
         self._gauges(plan)

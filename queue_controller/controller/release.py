@@ -16,11 +16,13 @@ since), translated by the same kube/snapshot.translate.
 
 No two members get one slot.  A member's release is *in flight* (binding.InFlight) from
 the moment it is planned until the write is done (and, if it landed, the written pod
-is in the state); the releaser and every cycle count in-flight members as sent.  And the
-two never plan at once: each holds the loop's ``planning`` lock from reading the state
-until its releases are marked in flight, so neither plans from a view that misses the
-other's.  Writes are conditional, as every write is; one that loses a race conflicts,
-and the next cycle sees how things stand.
+is in the state); the releaser and every cycle count in-flight members as sent.  The
+releaser does not wait for a cycle that is planning (most of a second at thousands of
+nodes): it reads the state and reserves its releases at once, under the loop's
+``planning`` lock, which a cycle holds only to copy the state and to reserve its own.
+The cycle drops its bindings that what the releaser sent meanwhile could clash with
+(binding.without_sent_since).  Writes are conditional, as every write is; one that
+loses a race conflicts, and the next cycle sees how things stand.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class Releaser:
     ) -> None:
         self.state, self.applier, self.leadership = state, applier, leadership
         self.members = members  # the last cycle's index of each gang's members
-        self.planning = planning  # the loop's: never plan while a cycle plans
+        self.planning = planning  # the loop's: held while a cycle copies or reserves
         self.clock = clock
         self.gather = gather_seconds  # the rest of a burst (a Job's pods come together)
         # Members that arrived since: the last cycle's index may not have them yet.

@@ -58,14 +58,19 @@ def _version(obj: Obj) -> str | None:
     if isinstance(marked, str) and marked:
         return marked
     meta = obj.get("metadata")
-    version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    # ``type(...) is dict`` first: held objects are dicts, and an ABC's isinstance is
+    # slow enough to show in a cycle that looks up every object (tens of thousands).
+    if type(meta) is dict or isinstance(meta, Mapping):
+        version = meta.get("resourceVersion")
+    else:
+        version = None
     return version if isinstance(version, str) and version else None
 
 
 def key_of(obj: Obj) -> _Key | None:
     """(kind, namespace, name), or None for an object that cannot be named."""
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not (type(meta) is dict or isinstance(meta, Mapping)):
         return None
     namespace, name = meta.get("namespace") or "", meta.get("name")
     if not isinstance(name, str) or not isinstance(namespace, str):

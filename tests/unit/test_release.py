@@ -118,7 +118,7 @@ def test_members_beyond_the_plan_are_left_to_the_cycle() -> None:
     assert sorted(filter(None, (sent_to(c, f"bind-{i}") for i in range(3)))) == ["n1", "n1"]
 
 
-def test_the_releaser_never_plans_while_a_cycle_plans() -> None:
+def test_the_releaser_waits_while_a_cycle_copies_the_state_or_reserves() -> None:
     c = admitted("bind-0", "bind-1", placement={"n1": 2})
 
     async def scenario() -> int:
@@ -168,3 +168,81 @@ def test_a_member_that_succeeded_still_counts_toward_a_whole_gang() -> None:
     )
     (bind,) = only(c.plan(), act.BindMember)
     assert (bind.pod.ref.name, bind.node) == ("bind-1b", "n1")
+
+
+def test_the_releaser_sends_while_a_cycle_plans_and_the_cycle_drops_what_could_clash() -> None:
+    """A cycle plans from its copy on its own thread; arrived members do not wait for it.
+    Here the plan has one slot, on n1.  The cycle's copy holds bind-1 alone, and plans it
+    there; meanwhile bind-0 arrives, and the releaser, which sees both, sends bind-0 (the
+    first by name) to n1.  The cycle's binding of bind-1 to n1 would put a second pod on
+    the one slot: it is dropped, and bind-1 stays gated."""
+    import threading
+
+    from queue_controller.controller.lifecycle import Planner
+    from queue_controller.controller.loop import SchedulingLoop
+    from queue_controller.controller.server import Health
+
+    c = admitted("bind-1", placement={"n1": 1})
+    metrics = Metrics()
+    loop = SchedulingLoop(
+        state=c.state,
+        planner=Planner(300),
+        applier=c.applier,
+        leadership=Leadership(Settings(leader_election=False), metrics),
+        metrics=metrics,
+        health=Health(),
+        clock=lambda: NOW,
+        tick_seconds=5,
+        batch_seconds=0,
+        status_writes_per_cycle=100,
+    )
+    planned, go = threading.Event(), threading.Event()
+    plan = loop._plan
+    binds: list[tuple[str, str | None]] = []
+
+    def plan_then_wait(*args: Any) -> Any:
+        result = plan(*args)
+        binds.extend((a.pod.ref.name, a.node) for a in only(result.actions, act.BindMember))
+        planned.set()
+        go.wait(10)
+        return result
+
+    loop._plan = plan_then_wait  # type: ignore[method-assign]
+
+    async def scenario() -> int:
+        cycle = asyncio.create_task(loop.cycle())
+        assert await asyncio.to_thread(planned.wait, 10)
+        c.fake.create(POD, "ns", pod("bind-0", gated=True, phase="Pending", owner="bind"))
+        c.watch("Pod", "bind-0")
+        sent = await releaser(c, members=("bind-1",)).release()  # not held up by the cycle
+        go.set()
+        await cycle
+        return sent
+
+    assert asyncio.run(scenario()) == 1
+    assert binds == [("bind-1", "n1")], "the cycle did plan the clashing binding"
+    assert sent_to(c, "bind-0") == "n1"
+    assert sent_to(c, "bind-1") is None
+    assert len(c.applier.in_flight) == 0
+
+
+def test_bindings_of_members_sent_since_the_copy_or_to_their_nodes_are_dropped() -> None:
+    from queue_controller.controller.binding import InFlight, without_sent_since
+
+    c = admitted("bind-0", "bind-1", "bind-2", placement={"n1": 1, "n2": 1, "n3": 1})
+    actions = only(c.plan(), act.BindMember)
+    assert [(a.pod.ref.name, a.node) for a in actions] == [
+        ("bind-0", "n1"),
+        ("bind-1", "n2"),
+        ("bind-2", "n3"),
+    ]
+    in_flight = InFlight()
+    in_flight.add("ns/bind-2", "n3")  # before the copy: the copy counts it already
+    since = in_flight.since()
+    assert without_sent_since(actions, since) == actions
+    in_flight.add("ns/bind-0", "n1")  # the same member
+    in_flight.add("ns/other", "n2")  # another gang's member, to bind-1's node
+    assert in_flight.close(since) is since
+    in_flight.add("ns/later", "n3")  # after the cycle reserved: not its business
+    assert [a.pod.ref.name for a in without_sent_since(actions, since)] == ["bind-2"]
+    assert since.pods == {"ns/bind-0", "ns/other"}
