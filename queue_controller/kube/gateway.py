@@ -45,6 +45,7 @@ __all__ = [
     "CONFIG_MAP",
     "EVENT",
     "JOB",
+    "LIST_PAGE_SIZE",
     "NAMESPACE",
     "NODE",
     "POD",
@@ -69,6 +70,10 @@ MANAGED = {"fieldManager": FIELD_MANAGER}
 Obj = dict[str, Any]
 Listing = tuple[list[Obj], str]  # the objects, and the resourceVersion listed at
 Keep = Callable[[Obj], Obj]  # what a listing holds of each object it reads
+
+# Objects a listing asks for a page: a whole listing decoded at once held the 20,000 pods
+# of `make bench-scale` in full, hundreds of MiB, and set the controller's peak memory.
+LIST_PAGE_SIZE = 500
 
 
 class GatewayError(QueueControllerError):
@@ -192,7 +197,7 @@ class Gateway:
         keep: Keep | None = None,
     ) -> Listing:
         items: list[Obj] = []
-        query: dict[str, str] = {"limit": "500"}
+        query: dict[str, str] = {"limit": str(LIST_PAGE_SIZE)}
         if label_selector:
             query["labelSelector"] = label_selector
         version = ""

@@ -34,3 +34,10 @@ def test_kopf_keeps_no_diff_base_and_copies_no_object() -> None:
     assert storage.fetch(body=pod) is None
     # kopf's own storage copies the object: what the controller no longer pays per event.
     assert kopf.AnnotationsDiffBaseStorage().build(body=pod)["spec"] == pod["spec"]
+
+
+def test_kopf_lists_in_pages_as_the_gateway_does() -> None:
+    """One page of full objects at a time, not the whole listing of 20,000 pods at once."""
+    from queue_controller.kube.gateway import LIST_PAGE_SIZE
+
+    assert _configured().watching.chunk_size == LIST_PAGE_SIZE == 500
