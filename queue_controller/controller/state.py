@@ -106,14 +106,15 @@ def slim_pod(pod: Mapping[str, Any]) -> Obj:
     ]
     kept = {k: spec[k] for k in _POD_SPEC_FIELDS if k in spec}
     kept["containers"], kept["initContainers"] = containers, init
+    # Of the status, what a cycle reads.  Not the conditions: no reader looks at a pod's,
+    # and a kubelet (or kwok) rewrites four of them, with their timestamps, as each pod
+    # starts: held, they cost a few KiB a pod and woke a cycle for each pod that started.
     return {
         "apiVersion": pod.get("apiVersion", "v1"),
         "kind": "Pod",
         "metadata": _held_metadata(pod) or {},
         "spec": kept,
-        "status": {
-            k: status[k] for k in ("phase", "conditions", "resourceClaimStatuses") if k in status
-        },
+        "status": {k: status[k] for k in ("phase", "resourceClaimStatuses") if k in status},
     }
 
 

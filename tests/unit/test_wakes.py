@@ -82,13 +82,16 @@ def test_the_echo_of_a_held_version_is_not_a_change() -> None:
     assert not state.changed.is_set()
 
 
-def test_a_pods_container_statuses_wake_nothing_but_its_phase_does() -> None:
+def test_a_pods_container_statuses_and_conditions_wake_nothing_but_its_phase_does() -> None:
     running = pod("p-0", phase="Running", node="n1")
     running["metadata"]["resourceVersion"] = "5"
     state = holding(running)
     restarted = newer(running, 6, containerStatuses=[{"name": "main", "restartCount": 1}])
     assert not woke(state, restarted)
-    assert woke(state, newer(running, 7, phase="Succeeded"))
+    ready = [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T00:00:05Z"}]
+    assert not woke(state, newer(running, 7, conditions=ready))
+    assert "conditions" not in (state.get("Pod", "ns", "p-0") or {})["status"]
+    assert woke(state, newer(running, 8, phase="Succeeded"))
 
 
 def test_a_rayjobs_deployment_status_wakes_a_cycle_and_its_other_status_does_not() -> None:
