@@ -27,19 +27,13 @@ import yaml
 from click.testing import CliRunner
 
 from queue_controller.cli import cli
-from queue_controller.controller.apply import Applier
-from queue_controller.controller.leader import Leadership
-from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.loop import SchedulingLoop
-from queue_controller.controller.metrics import Metrics
-from queue_controller.controller.server import Health
-from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import Verdict
 from queue_controller.dump import read_file, read_objects
 from queue_controller.errors import InputError
 from queue_controller.kube.snapshot import is_supported
-from tests.fakes.gateway import FakeGateway
+from tests.loops import scheduling_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
@@ -77,21 +71,9 @@ def seeds() -> dict[str, tuple[Obj, ...]]:
 
 
 def _loop(state: ClusterState) -> SchedulingLoop:
-    # As tests/unit/test_one_translation.py builds it; a fresh one each time, so that
+    # As the unit tests build it (tests/loops.py); a fresh one each time, so that
     # no translation memo carries one example's pieces into the next.
-    metrics = Metrics()
-    return SchedulingLoop(
-        state=state,
-        planner=Planner(300),
-        applier=Applier(FakeGateway(), state, None, metrics, clock=lambda: NOW),
-        leadership=Leadership(Settings(leader_election=False), metrics),
-        metrics=metrics,
-        health=Health(),
-        clock=lambda: NOW,
-        tick_seconds=1,
-        batch_seconds=0,
-        status_writes_per_cycle=100,
-    )
+    return scheduling_loop(state, now=NOW)
 
 
 @dataclass(frozen=True)

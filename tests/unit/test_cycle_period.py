@@ -12,34 +12,14 @@ import asyncio
 import itertools
 import time
 
-from queue_controller.controller.apply import Applier
-from queue_controller.controller.leader import Leadership
-from queue_controller.controller.lifecycle import Planner
-from queue_controller.controller.loop import SchedulingLoop
-from queue_controller.controller.metrics import Metrics
-from queue_controller.controller.server import Health
-from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState
-from tests.fakes.gateway import FakeGateway
+from tests.loops import scheduling_loop
 from tests.unit.test_lifecycle import NOW
 
 
 def cycle_starts(period: float, *, run_for: float = 0.6) -> list[float]:
     state = ClusterState()
-    metrics = Metrics()
-    loop = SchedulingLoop(
-        state=state,
-        planner=Planner(300),
-        applier=Applier(FakeGateway(), state, None, metrics, clock=lambda: NOW),
-        leadership=Leadership(Settings(leader_election=False), metrics),
-        metrics=metrics,
-        health=Health(),
-        clock=lambda: NOW,
-        tick_seconds=5,
-        batch_seconds=0,
-        status_writes_per_cycle=100,
-        period_seconds=period,
-    )
+    loop = scheduling_loop(state, now=NOW, tick_seconds=5, period_seconds=period)
     starts: list[float] = []
 
     async def turn() -> bool:

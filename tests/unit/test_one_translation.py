@@ -12,18 +12,13 @@ from typing import Any, ClassVar
 from unittest import mock
 
 from queue_controller.controller import writer
-from queue_controller.controller.apply import Applier
-from queue_controller.controller.leader import Leadership
-from queue_controller.controller.lifecycle import Planner
-from queue_controller.controller.loop import SchedulingLoop
 from queue_controller.controller.metrics import Metrics
-from queue_controller.controller.server import Health
-from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState, key_of, slim_pod
 from queue_controller.kube import objects, pieces, views
 from queue_controller.kube.kinds.batchjob import BatchJob
 from queue_controller.kube.kinds.plainpods import PlainPods
 from tests.fakes.gateway import FakeGateway
+from tests.loops import scheduling_loop
 from tests.unit.test_kind_plainpods import group as pod_group
 from tests.unit.test_kind_plainpods import pod
 from tests.unit.test_lifecycle import NOW, QUEUE, job
@@ -102,18 +97,8 @@ def run_one_cycle(
     creation_backlog: int | None = None,
 ) -> Metrics:
     metrics = Metrics()
-    loop = SchedulingLoop(
-        state=state,
-        planner=Planner(300),
-        applier=Applier(gateway, state, None, metrics, clock=lambda: NOW),
-        leadership=Leadership(Settings(leader_election=False), metrics),
-        metrics=metrics,
-        health=Health(),
-        clock=lambda: NOW,
-        tick_seconds=1,
-        batch_seconds=0,
-        status_writes_per_cycle=100,
-        creation_backlog=creation_backlog,
+    loop = scheduling_loop(
+        state, now=NOW, gateway=gateway, metrics=metrics, creation_backlog=creation_backlog
     )
     for _ in range(cycles):
         asyncio.run(loop.cycle())

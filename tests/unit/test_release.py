@@ -178,24 +178,10 @@ def test_the_releaser_sends_while_a_cycle_plans_and_the_cycle_drops_what_could_c
     the one slot: it is dropped, and bind-1 stays gated."""
     import threading
 
-    from queue_controller.controller.lifecycle import Planner
-    from queue_controller.controller.loop import SchedulingLoop
-    from queue_controller.controller.server import Health
+    from tests.loops import scheduling_loop
 
     c = admitted("bind-1", placement={"n1": 1})
-    metrics = Metrics()
-    loop = SchedulingLoop(
-        state=c.state,
-        planner=Planner(300),
-        applier=c.applier,
-        leadership=Leadership(Settings(leader_election=False), metrics),
-        metrics=metrics,
-        health=Health(),
-        clock=lambda: NOW,
-        tick_seconds=5,
-        batch_seconds=0,
-        status_writes_per_cycle=100,
-    )
+    loop = scheduling_loop(c.state, now=NOW, applier=c.applier, tick_seconds=5)
     planned, go = threading.Event(), threading.Event()
     plan = loop._plan
     binds: list[tuple[str, str | None]] = []
