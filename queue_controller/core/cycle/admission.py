@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from queue_controller.core.cycle.devicecatalog import DeviceCatalog
@@ -41,6 +41,8 @@ from queue_controller.core.quota.fairshare import (
     cohort_figures,
 )
 from queue_controller.core.quota.ledger import QuotaLedger
+from queue_controller.core.reservation.book import ReservationBook
+from queue_controller.core.rules.durations import duration_text
 from queue_controller.core.rules.gpuhealth import unhealthy_note
 from queue_controller.core.rules.nodes import may_select
 from queue_controller.core.rules.ordering import PriorityTable, order_key
@@ -149,6 +151,24 @@ class _Cycle:
                 continue  # the gang changed since it took the room: it is tried afresh
             self.preemptor.charge(p, +1)
             self.holding.add(p.workload.key)
+        # Reservation with backfill: only built where some Queue turned it on.
+        self.book = (
+            ReservationBook(
+                pending=self.pending,
+                admitted=admitted,
+                queues=self.queues,
+                shapes=self.shapes,
+                placer=self.placer,
+                nodes=nodes,
+                used=used,
+                held=self.held,
+                now=snapshot.now,
+                limit=snapshot.reservation_limit,
+                placer_factory=placer_factory,
+            )
+            if ReservationBook.wanted(snapshot.queues)
+            else None
+        )
         # StrictFIFO queue -> the head that holds it up.
         self.blocked_by: dict[tuple[str, str], str] = {}
         # A gang identical to one that already failed in this cycle, with nothing
@@ -298,7 +318,7 @@ class _Cycle:
             )
         if workload.requeue_at is not None and workload.requeue_at > self.snapshot.now:
             due = datetime.fromtimestamp(workload.requeue_at, tz=UTC).isoformat()
-            wait = _duration(workload.requeue_at - self.snapshot.now)
+            wait = duration_text(workload.requeue_at - self.snapshot.now)
             return pending(
                 Reason.BACKOFF,
                 f"requeued {workload.requeue_count} times after eviction; "
@@ -320,10 +340,19 @@ class _Cycle:
                 Reason.WAITING_FOR_HEAD,
                 f"StrictFIFO queue {queue.namespace}/{queue.name} is held by its head {head}",
             )
+        book = self.book
+        if book is not None and book.holds(workload.key):
+            book.give_back(workload.key)  # its own reserved nodes, for its own attempt
         if self.holding and workload.key in self.holding:
             decision = self.preemptor.admit_nominated(prepared, queue)
         else:
             decision = self._try_admit(prepared, queue)
+        if book is not None:
+            if decision.verdict is Verdict.ADMIT:
+                book.admitted_now(prepared, self.shapes[workload.key], decision)
+            decision = book.decided(prepared, queue, decision)
+            if decision.reason is Reason.RESERVATION_OVERRUN:
+                self.ledger.reserve(queue.team_quota, prepared.need())
         if decision.verdict is Verdict.ADMIT:
             self.pacer.admitted(workload)
         if decision.verdict is not Verdict.ADMIT and queue.ordering is Ordering.STRICT_FIFO:
@@ -338,7 +367,7 @@ class _Cycle:
         timeout = queue.pods_ready_timeout_seconds
         waited = self.snapshot.now - workload.created
         if timeout is not None and workload.created and waited >= timeout:
-            message += f" (still short after {_duration(waited)}, past the queue's {timeout}s)"
+            message += f" (still short after {duration_text(waited)}, past the queue's {timeout}s)"
         return message
 
     def _try_admit(self, prepared: Prepared, queue: Queue) -> Decision:
@@ -348,12 +377,17 @@ class _Cycle:
             queue.namespace,
             queue.name,
             tuple((s.shape.key, s.pod_set.min_count, s.pod_set.count) for s in sets),
+            # With reservations, a gang's runtime says where it may backfill, and a
+            # reserved gang is let onto its own nodes: neither has a twin.
+            None if self.book is None else self._backfill_key(prepared),
         )
         earlier = self.failed.get(twin)
         if earlier is not None and earlier[0] == self.admissions:
             same = earlier[1]
             return decision_for(workload, same.verdict, same.reason, same.message)
         decision = self._attempt(prepared, queue, sets)
+        if self.book is not None and decision.reason is Reason.NO_NODE_FIT:
+            decision = self._backfill(prepared, queue, sets, decision)
         held = decision.reason is Reason.POD_CREATION_BACKLOG
         if decision.verdict in (Verdict.ADMIT, Verdict.PREEMPT) or held:
             # Room was taken (a gang held by pacing is assumed admitted): a twin of an
@@ -362,6 +396,39 @@ class _Cycle:
         else:
             self.failed[twin] = (self.admissions, decision)
         return decision
+
+    def _backfill_key(self, prepared: Prepared) -> object:
+        assert self.book is not None
+        if self.book.holds(prepared.workload.key):
+            return prepared.workload.key
+        return prepared.workload.runtime.seconds
+
+    def _backfill(
+        self, prepared: Prepared, queue: Queue, sets: tuple[SetShape, ...], refused: Decision
+    ) -> Decision:
+        """Tried again with the reservations it would end before opened to it."""
+        assert self.book is not None
+        windows = self.book.windows(prepared)
+        if not windows:
+            return refused
+        self.book.open(windows)
+        try:
+            again = self._attempt(prepared, queue, sets)
+        finally:
+            self.book.close(windows)
+        if again.verdict is not Verdict.ADMIT:
+            return refused
+        over = self.book.backfilled_over(windows, again.placement)
+        if not over:
+            return again
+        runtime = prepared.workload.runtime
+        return replace(
+            again,
+            message=f"{again.message}; backfilled onto nodes reserved for "
+            f"{', '.join(key.split('/', 1)[1] for key in over)}, as it should end in "
+            f"{duration_text(runtime.seconds or 0)} ({runtime.source.value.lower()} estimate)",
+            backfilled_over=over,
+        )
 
     def _place(self, prepared: Prepared, sets: tuple[SetShape, ...]) -> tuple[list[Placement], str]:
         """Every pod set placed, as one transaction: (placements, "") or ([], why not).
@@ -458,14 +525,6 @@ class _Cycle:
             by_set,
         )
         return with_topology(decision, sets, placed)
-
-
-def _duration(seconds: float) -> str:
-    """A short, rounded duration for messages: 45s, 12m, 3h, 2d."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{max(seconds, 0):.0f}s"
 
 
 def schedule(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from queue_controller.core.model.objects import Workload
+    from queue_controller.core.model.objects import Reservation, Workload
 from enum import StrEnum
 
 
@@ -30,6 +30,8 @@ class Reason(StrEnum):
     BORROW_WITHIN_COHORT = "BorrowWithinCohort"
     WITHIN_TEAM_QUOTA = "WithinTeamQuota"
     FAIR_SHARING = "FairSharing"  # another quota's borrowing, above its fair share
+    # A reserved gang's start came and gangs backfilled onto its nodes still run.
+    RESERVATION_OVERRUN = "ReservationOverrun"
     # Pending
     QUOTA_EXCEEDED = "QuotaExceeded"
     NO_NODE_FIT = "NoNodeFit"
@@ -44,6 +46,8 @@ class Reason(StrEnum):
     DEACTIVATED = "Deactivated"  # past the queue's backoffLimit; never retried
     WAITING_FOR_MEMBERS = "WaitingForMembers"  # a pod group short of its total count
     PREEMPTING = "Preempting"  # its victims are still giving back the room it holds
+    # A head that starved holds named nodes from an estimated start (reservation).
+    RESERVED = "Reserved"
     # Admitted gangs' pods not yet made by their controllers are past the cycle's limit.
     POD_CREATION_BACKLOG = "PodCreationBacklog"
     # Invalid
@@ -70,6 +74,11 @@ class Decision:
     # (Placement.domain), and pod set -> its slices (node -> members of each).
     domains: Mapping[str, str] = field(default_factory=dict)
     slices: Mapping[str, tuple[Mapping[str, int], ...]] = field(default_factory=dict)
+    # On Pending with reason Reserved (and on a ReservationOverrun preemption): the
+    # nodes held for it and their start.  None ends any reservation it held.
+    reservation: Reservation | None = None
+    # On Admit of a gang placed on nodes reserved for others: their Workload.keys.
+    backfilled_over: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -100,6 +109,13 @@ class Decision:
                 out["domains"] = dict(self.domains)
             if self.slices:
                 out["slices"] = {name: [dict(s) for s in sl] for name, sl in self.slices.items()}
+            if self.backfilled_over:
+                out["backfilledOver"] = list(self.backfilled_over)
+        if self.reservation is not None:
+            out["reservation"] = {
+                "placement": {n: dict(p) for n, p in self.reservation.placement.items()},
+                "start": self.reservation.start,
+            }
         return out
 
 

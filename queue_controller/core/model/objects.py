@@ -322,6 +322,64 @@ class RequeuePolicy:
     backoff_limit: int | None = None  # None: requeue forever
 
 
+class Overrun(StrEnum):
+    """What a reservation does when its start comes and a backfilled gang still runs."""
+
+    WAIT = "Wait"  # the reserved gang waits for the room to free
+    PREEMPT = "Preempt"  # the gangs backfilled onto its nodes are evicted
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationPolicy:
+    """A Queue's ``spec.reservation``: how its head is kept from starving (Slurm's backfill).
+
+    A head that has waited ``NoNodeFit`` for ``after_seconds`` gets named nodes and a
+    start time; other gangs may run there only if their estimated end comes
+    ``backfill_margin_seconds`` before that start.  None: off.
+    """
+
+    after_seconds: int | None = None
+    max_per_team_quota: int = 1
+    overrun: Overrun = Overrun.WAIT
+    backfill_margin_seconds: int = 60
+
+
+class RuntimeSource(StrEnum):
+    """Where a gang's runtime estimate came from, in the order they are tried."""
+
+    ANNOTATION = "Annotation"  # queue-controller.io/expected-runtime-seconds
+    HISTORY = "History"  # the median of like gangs that finished (the journal)
+    DEADLINE = "Deadline"  # activeDeadlineSeconds: an upper bound
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeEstimate:
+    seconds: float | None = None  # None: unknown
+    source: RuntimeSource = RuntimeSource.UNKNOWN
+    detail: str = ""  # what it rests on, for ``eta`` and messages
+
+    @property
+    def known(self) -> bool:
+        return self.seconds is not None
+
+
+UNKNOWN_RUNTIME = RuntimeEstimate()
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Named nodes held for a pending head from an estimated start (PodGroup status)."""
+
+    placement: Mapping[str, Mapping[str, int]]  # pod set -> node -> members
+    start: float  # seconds since the epoch: when the room is expected to be free
+    made: float  # when it was made: gangs admitted onto its nodes since are backfilled
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(node for nodes in self.placement.values() for node in nodes)
+
+
 @dataclass(frozen=True, slots=True)
 class Queue:
     namespace: str
@@ -341,6 +399,7 @@ class Queue:
     # Not compared: a Queue keys memos by its spec, and a mapping cannot be hashed.
     consumed: Mapping[str, float] = field(default_factory=dict, compare=False)
     consumed_at: float | None = None
+    reservation: ReservationPolicy = ReservationPolicy()
 
 
 class TopologyMode(StrEnum):
@@ -451,6 +510,12 @@ class Workload:
     # When it was admitted (PodGroup status.admittedAt), seconds since the epoch:
     # admission fair sharing charges its Queue an entry penalty until the next sample.
     admitted_at: float | None = None
+    # How long it runs once started, and where that estimate came from.
+    runtime: RuntimeEstimate = UNKNOWN_RUNTIME
+    # Since when it has waited for room (NoNodeFit or Reserved), seconds since the epoch.
+    no_fit_since: float | None = None
+    # The nodes held for it from an estimated start (PodGroup status.reservedPlacement).
+    reservation: Reservation | None = None
 
     @property
     def key(self) -> str:
@@ -513,3 +578,6 @@ class Snapshot:
     claim_templates: tuple[ClaimTemplate, ...] = ()
     # Objects the adapter left out because they could not be read.
     left_out: tuple[LeftOut, ...] = ()
+    # The most reservations held at once in the cluster (Queues set their own
+    # per-TeamQuota limit); 0: none.
+    reservation_limit: int = 8

@@ -320,6 +320,16 @@ class EquivalenceIndex:
             self._where[node] = (node_class, new_free)
             self._moved.append(node_class.index)
 
+    def withhold(self, node: str) -> Mapping[str, int]:
+        found = self._where.get(node)
+        if found is None:
+            return {}
+        taken = {
+            name: amount for name, amount in zip(self._dims, found[1], strict=True) if amount > 0
+        }
+        self.adjust(node, {name: -amount for name, amount in taken.items()})
+        return taken
+
     def place_on(self, shape: GangShape, nodes: Mapping[str, int]) -> Placement | None:
         if shape.topology is not None and self._fine is not None:
             return self._fine.place_on(shape, nodes)

@@ -88,6 +88,15 @@ class PodByPodPlacer:
         for resource, amount in freed.items():
             free[resource] = free.get(resource, 0) + amount
 
+    def withhold(self, node: str) -> Mapping[str, int]:
+        free = self._free.get(node)
+        if free is None:
+            return {}
+        taken = {resource: amount for resource, amount in free.items() if amount > 0}
+        for resource in taken:
+            free[resource] = 0
+        return taken
+
     def place_on(self, shape: GangShape, nodes: Mapping[str, int]) -> Placement | None:
         by_name = {n.name: n for n in self._nodes}
         for name, members in nodes.items():

@@ -114,3 +114,8 @@ class Placer(Protocol):
     def place_on(self, shape: GangShape, nodes: Mapping[str, int]) -> Placement | None:
         """``nodes`` (node -> members) as a placement, if every member fits there now."""
         ...
+
+    def withhold(self, node: str) -> Mapping[str, int]:
+        """Take all that ``node`` has free, and say what: nodes reserved for a gang are
+        withheld from the others, and ``adjust`` gives the room back."""
+        ...

@@ -32,6 +32,9 @@ class NeverRefuses:
     def place_on(self, shape: object, nodes: Mapping[str, int]) -> Placement:
         return Placement(nodes=dict(nodes))
 
+    def withhold(self, node: str) -> Mapping[str, int]:
+        return {}
+
 
 def preemption_teams(scenario: Scenario) -> tuple[frozenset[str], frozenset[str]]:
     """(TeamQuotas that may preempt, TeamQuotas whose gangs may be preempted).
