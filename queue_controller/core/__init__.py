@@ -3,6 +3,8 @@
 * :mod:`.cycle`: the admission cycle (:func:`schedule`), gang shapes, the
   cycle's DRA devices and pacing;
 * :mod:`.preemption`: which running gangs to evict for a waiting one;
+* :mod:`.reservation`: runtime estimates, nodes reserved for a starving head from
+  an estimated start, and which gangs may backfill onto them;
 * :mod:`.quota`: the quota ledger and fair share;
 * :mod:`.placement`: where members fit (shapes, node classes, the fit index,
   explanations, pod-by-pod placement and ``topology/``);

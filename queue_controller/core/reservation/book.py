@@ -36,6 +36,10 @@ from queue_controller.core.reservation.choose import Occupant, PlacerFactory, Us
 from queue_controller.core.rules.durations import duration_text, instant_text
 from queue_controller.core.rules.prepared import Prepared
 
+# New reservations tried in one cycle: each builds a few placers over every node, and
+# heads that no estimate can free would try again at every cycle.
+CHOICES_PER_CYCLE = 4
+
 
 @dataclass(slots=True)
 class _Held:
@@ -86,6 +90,7 @@ class ReservationBook:
                 started = p.workload.admitted_at if p.workload.admitted_at is not None else now
                 self.occupants.append(Occupant(max(now, started + runtime), usage))
         self.held: dict[str, _Held] = {}
+        self.choices_left = CHOICES_PER_CYCLE
         self.per_quota: Counter[str] = Counter()
         kept = sorted(
             (p for p in pending if p.workload.reservation is not None),
@@ -192,9 +197,14 @@ class ReservationBook:
             return self._reserved(held, decision)
         if decision.verdict is not Verdict.PENDING or decision.reason is not Reason.NO_NODE_FIT:
             return decision
-        if not self._may_hold(prepared, queue) or not self._starved(prepared, queue):
+        if (
+            not self._may_hold(prepared, queue)
+            or not self._starved(prepared, queue)
+            or self.choices_left <= 0
+        ):
             note = self.note()
             return replace(decision, message=f"{decision.message}; {note}") if note else decision
+        self.choices_left -= 1
         chosen = self._choose(prepared)
         if chosen is None:
             return replace(
