@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 
 from tests.bench.e2e.shape import GPU, ROOT, pool_sizes, shape
 from tests.bench.e2e.trace import (
+    EXPECTED_RUNTIME,
     KWOK_DELAY,
     OPENB_DIR,
     OUR_QUEUE_LABEL,
     Gang,
+    Trace,
     TraceError,
     compress,
     default_teams,
@@ -189,6 +191,22 @@ def test_every_system_gets_the_same_job_but_for_the_queue_label() -> None:
     assert ours == kueue == bare
     spec = ours["spec"]
     assert spec["parallelism"] == spec["completions"] == 4
-    assert spec["template"]["metadata"]["annotations"] == {KWOK_DELAY: "42s"}
+    assert spec["template"]["metadata"]["annotations"] == {
+        KWOK_DELAY: "42s",
+        EXPECTED_RUNTIME: "42",
+    }
     container = spec["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+
+
+def test_the_makespan_lower_bound_is_the_largest_of_work_longest_and_last_end() -> None:
+    cluster = shape(20)
+    one = Gang("a", "ns", 2, GPU, 8, runtime_seconds=100.0, arrival_seconds=0.0)
+    late = Gang("b", "ns", 1, GPU, 1, runtime_seconds=30.0, arrival_seconds=500.0)
+    trace = Trace(gangs=(one, late), teams=(), source="test")
+    bound = trace.makespan_lower_bound(cluster)
+    work = (16 * 100.0 + 1 * 30.0) / cluster.total_gpus
+    assert bound["gpu_seconds_over_gpus"] == round(work, 1)
+    assert bound["longest_runtime"] == 100.0
+    assert bound["latest_arrival_end"] == 530.0
+    assert bound["seconds"] == 530.0

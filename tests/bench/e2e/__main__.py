@@ -114,6 +114,14 @@ def parser() -> argparse.ArgumentParser:
         help="requeue backoff, most (both systems)",
     )
     p.add_argument(
+        "--reservation",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="turn on our reservation with backfill: each Queue's "
+        "spec.reservation.afterSeconds (Kueue has none; every Job declares its runtime)",
+    )
+    p.add_argument(
         "--profile",
         action="store_true",
         help="profile our controller: py-spy's CPU flame graph and speedscope file, and "
@@ -169,6 +177,7 @@ def main(argv: Sequence[str] | None = None, *, progress: Progress | None = None)
         pods_ready_timeout_seconds=args.pods_ready_timeout,
         backoff_base_seconds=args.backoff_base,
         backoff_max_seconds=args.backoff_max,
+        reservation_after_seconds=args.reservation,
     )
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -219,6 +228,7 @@ def main(argv: Sequence[str] | None = None, *, progress: Progress | None = None)
             "gangs": len(trace.gangs),
             "pods": sum(g.pods for g in trace.gangs),
             "seed": args.seed,
+            "makespan_lower_bound": trace.makespan_lower_bound(shape),
         },
         "cluster": {"nodes": shape.nodes, "pools": shape.sizes, "gpus": shape.total_gpus,
                     "capacity": dict(shape.capacity)},
@@ -227,7 +237,8 @@ def main(argv: Sequence[str] | None = None, *, progress: Progress | None = None)
                   for t in trace.teams],
         "settings": {"pods_ready_timeout_seconds": settings.pods_ready_timeout_seconds,
                      "backoff_base_seconds": settings.backoff_base_seconds,
-                     "backoff_max_seconds": settings.backoff_max_seconds},
+                     "backoff_max_seconds": settings.backoff_max_seconds,
+                     "reservation_after_seconds": settings.reservation_after_seconds},
         "wall_seconds": round(time.monotonic() - started, 1),
     }  # fmt: skip
     path = write(out, runs, results, header, skipped, shape.total_gpus)

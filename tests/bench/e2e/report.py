@@ -243,6 +243,15 @@ def markdown(report: Mapping[str, Any]) -> str:
     ]
     if report["trace"].get("credit"):
         lines.append(f"- Trace credit: {report['trace']['credit']}.")
+    bound = report["trace"].get("makespan_lower_bound")
+    if bound:
+        parts = ", ".join(
+            f"{k.replace('_', ' ')} {v:,.0f}" for k, v in bound.items() if k != "seconds"
+        )
+        lines.append(f"- Makespan lower bound: {bound['seconds']:,.0f} s, the largest of {parts}.")
+    after = report.get("settings", {}).get("reservation_after_seconds")
+    if after is not None:
+        lines.append(f"- queue-controller's reservation with backfill on: afterSeconds {after}.")
     for name, why in report.get("skipped", {}).items():
         lines.append(f"- Skipped {name}: {why}")
     if not names:

@@ -95,18 +95,21 @@ def team_quota(team: TeamSpec) -> dict[str, Any]:
 
 
 def queue(team: TeamSpec, settings: QueueSettings) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "teamQuota": team.name,
+        "podsReadyTimeoutSeconds": settings.pods_ready_timeout_seconds,
+        "requeue": {
+            "backoffBaseSeconds": settings.backoff_base_seconds,
+            "backoffMaxSeconds": settings.backoff_max_seconds,
+        },
+    }
+    if settings.reservation_after_seconds is not None:
+        spec["reservation"] = {"afterSeconds": settings.reservation_after_seconds}
     return {
         "apiVersion": "queue-controller.io/v1alpha1",
         "kind": "Queue",
         "metadata": {"name": QUEUE_NAME, "namespace": team.namespace},
-        "spec": {
-            "teamQuota": team.name,
-            "podsReadyTimeoutSeconds": settings.pods_ready_timeout_seconds,
-            "requeue": {
-                "backoffBaseSeconds": settings.backoff_base_seconds,
-                "backoffMaxSeconds": settings.backoff_max_seconds,
-            },
-        },
+        "spec": spec,
     }
 
 

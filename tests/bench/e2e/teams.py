@@ -30,6 +30,8 @@ class QueueSettings:
     pods_ready_timeout_seconds: int = 300
     backoff_base_seconds: int = 10
     backoff_max_seconds: int = 300
+    # Our Queue's spec.reservation.afterSeconds (Kueue has no reservation); None: off.
+    reservation_after_seconds: int | None = None
 
 
 QUEUE_NAME = "training"

@@ -71,6 +71,9 @@ TEAMS = 4
 RUNTIME = (20.0, 120.0)
 
 KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+# The runtime every Job declares (as a user who knows it would): our reservation and
+# backfill read it; Kueue ignores it.
+EXPECTED_RUNTIME = "queue-controller.io/expected-runtime-seconds"
 OUR_QUEUE_LABEL = "queue-controller.io/queue"
 
 
@@ -97,6 +100,22 @@ class Trace:
 
     def gpus(self, gang: Gang, shape: ClusterShape) -> float:
         return shape.gpus(gang.resource, gang.pods * gang.per_pod)
+
+    def makespan_lower_bound(self, shape: ClusterShape) -> dict[str, float]:
+        """No system can finish sooner than the largest of these: every GPU-second over
+        every GPU, the longest gang's runtime, and the last arrival's own end."""
+        if not self.gangs:
+            return {"seconds": 0.0}
+        first = min(g.arrival_seconds for g in self.gangs)
+        work = sum(self.gpus(g, shape) * g.runtime_seconds for g in self.gangs)
+        bounds = {
+            "gpu_seconds_over_gpus": round(work / shape.total_gpus, 1),
+            "longest_runtime": round(max(g.runtime_seconds for g in self.gangs), 1),
+            "latest_arrival_end": round(
+                max(g.arrival_seconds + g.runtime_seconds for g in self.gangs) - first, 1
+            ),
+        }
+        return {"seconds": max(bounds.values()), **bounds}
 
 
 # -- teams --------------------------------------------------------------------------
@@ -376,7 +395,12 @@ def job_manifest(gang: Gang, *, queue_label: str | None) -> dict[str, Any]:
             "completionMode": "Indexed",
             "backoffLimit": 3,
             "template": {
-                "metadata": {"annotations": {KWOK_DELAY: kwok_delay(gang.runtime_seconds)}},
+                "metadata": {
+                    "annotations": {
+                        KWOK_DELAY: kwok_delay(gang.runtime_seconds),
+                        EXPECTED_RUNTIME: str(round(gang.runtime_seconds)),
+                    }
+                },
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 0,
