@@ -18,7 +18,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from queue_controller.core.model import (
     BorrowPolicy,
     FairStrategy,
+    Overrun,
     ReclaimPolicy,
+    RuntimeSource,
     WithinPolicy,
     is_extended,
     parse_quantity,
@@ -335,6 +337,20 @@ class GpuHealthSpec(_Strict):
     evictIdle: bool = False
 
 
+class ReservationSpec(_Strict):
+    """A Queue's ``spec.reservation``: its starving head gets named nodes and a start
+    (Slurm's backfill; Kueue has no such feature, so the names are ours)."""
+
+    # A head waiting NoNodeFit this long gets a reservation; absent: off.
+    afterSeconds: NonNegative | None = None
+    # Reservations held at once per TeamQuota.
+    maxPerTeamQuota: NonNegative = 1
+    # What happens when the start comes and a backfilled gang still runs.
+    overrun: Overrun = Overrun.WAIT
+    # A backfill must end this long before the reservation's start.
+    backfillMarginSeconds: NonNegative = 60
+
+
 class QueueSpec(_Strict):
     teamQuota: str = Field(min_length=1)
     ordering: QueueOrdering = QueueOrdering.BEST_EFFORT_FIFO
@@ -346,6 +362,8 @@ class QueueSpec(_Strict):
     # Kueue's LocalQueue spec.fairSharing.weight: under its TeamQuota's admission fair
     # sharing, the Queue's usage is divided by it.
     fairSharing: FairSharingWeight = FairSharingWeight()
+    # Reservation with backfill for its head (docs/reservation.md); absent: off.
+    reservation: ReservationSpec | None = None
 
 
 class AdmissionFairSharingStatus(BaseModel):
@@ -400,6 +418,28 @@ class TopologyAssignment(BaseModel):
     slices: list[dict[str, NonNegative]] = Field(default_factory=list)
 
 
+class RuntimeEstimateStatus(BaseModel):
+    """How long the gang is expected to run once started, and where that came from."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    seconds: Annotated[float, Field(ge=0)] | None = None  # absent: unknown
+    source: RuntimeSource = RuntimeSource.UNKNOWN
+    detail: str = Field(default="", max_length=1024)
+
+
+class EtaStatus(BaseModel):
+    """When a pending gang is expected to start (the controller's forecast), or why unknown."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    start: datetime | None = None  # absent: unknown (see reason)
+    reason: str = Field(default="", max_length=64)
+    message: str = Field(default="", max_length=2048)
+    after: list[Annotated[str, Field(max_length=512)]] = Field(default_factory=list, max_length=16)
+    estimatedAt: datetime | None = None
+
+
 class PodGroupStatus(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -412,6 +452,17 @@ class PodGroupStatus(BaseModel):
     nominatedPlacement: dict[str, dict[str, NonNegative]] = Field(default_factory=dict)
     # When the gang first took that room (its preemption's start): reclaim time counts from it.
     nominatedAt: datetime | None = None
+    # Named nodes held for a starving head from reservedStart (reason Reserved):
+    # pod set -> node -> members, as nominatedPlacement.
+    reservedPlacement: dict[str, dict[str, NonNegative]] = Field(default_factory=dict)
+    reservedStart: datetime | None = None
+    # When the reservation was made: gangs admitted onto its nodes since are backfills.
+    reservationMadeAt: datetime | None = None
+    # Since when the gang has waited for room (NoNodeFit or Reserved).
+    noFitSince: datetime | None = None
+    runtimeEstimate: RuntimeEstimateStatus | None = None
+    # The forecast's estimated start of a pending gang (controller/eta.py).
+    eta: EtaStatus | None = None
     running: NonNegative = 0
     requeueCount: NonNegative = 0
     requeueAt: datetime | None = None

@@ -13,6 +13,7 @@ import click
 from queue_controller import __version__
 from queue_controller.cli.chaos import chaos_group
 from queue_controller.cli.check import check
+from queue_controller.cli.eta import eta
 from queue_controller.cli.history import history
 from queue_controller.cli.localcluster import local_cluster
 from queue_controller.cli.nodeagent import node_agent
@@ -37,6 +38,7 @@ def cli() -> None:
 
 cli.add_command(plan)
 cli.add_command(check)
+cli.add_command(eta)
 cli.add_command(chaos_group, name="chaos")
 cli.add_command(run)
 cli.add_command(local_cluster)

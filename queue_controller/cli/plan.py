@@ -8,12 +8,14 @@ from datetime import UTC, datetime
 
 import click
 
-from queue_controller.cli.options import output_option
+from queue_controller.cli.eta import forecast_options, print_etas
+from queue_controller.cli.options import output_option, parse_duration
 from queue_controller.cli.render import decisions_table
 from queue_controller.core import schedule
 from queue_controller.core.cycle import DEFAULT_CREATION_BACKLOG
 from queue_controller.dump import LeftOut, bundled_example, decode, load_dump, read_file
 from queue_controller.errors import InputError
+from queue_controller.sim.forecast import forecast
 
 
 def _parse_now(value: str | None) -> float:
@@ -70,12 +72,23 @@ def _read_stdin() -> str:
     "(PodCreationBacklog) while admitted Jobs' pods not made yet would pass this many. "
     "0: no limit.",
 )
+@click.option(
+    "--eta",
+    "with_eta",
+    is_flag=True,
+    help="Also estimate when each pending gang starts (as `queue-controller eta`): the "
+    "table after the decisions', or `etas` in the JSON.",
+)
+@forecast_options
 def plan(
     files: tuple[str, ...],
     output: str,
     now: str | None,
     ignore_unknown: bool,
     creation_backlog: int,
+    with_eta: bool,
+    horizon: str,
+    max_cycles: int,
 ) -> None:
     """Decide offline which pending gangs would be admitted, where, and why the rest wait.
 
@@ -89,6 +102,9 @@ def plan(
     twice) is left out and named on stderr ("left out: OBJECT: FIELD: WHY")
     and in the JSON's `left_out`; the rest is decided as if it were not there,
     as the controller does.  A workload with a bad field is decided Invalid.
+    With --eta, each pending gang's estimated start follows (see `queue-controller
+    eta --help`): running gangs end at their runtime estimates and pending ones
+    are admitted in order by the same cycle; in JSON it is `etas`.
     Exit codes: 0 decided (even with objects left out); 2 the dump as a whole
     cannot be read (not YAML, a key twice in one mapping, a document that is
     not an object, an unknown kind without --ignore-unknown) or a bad option.
@@ -96,14 +112,28 @@ def plan(
     sources = [
         ("<stdin>", _read_stdin()) if path == "-" else (path, read_file(path)) for path in files
     ] or [bundled_example()]
+    horizon_seconds = parse_duration(horizon, field="--horizon")
     loaded = load_dump(sources, now=_parse_now(now), ignore_unknown=ignore_unknown)
     _say_left_out(loaded.left_out)
     result = schedule(loaded.snapshot, creation_backlog=creation_backlog or None)
+    # The forecast's first cycle is this very decision: it runs the same core onward.
+    ahead = (
+        forecast(
+            loaded.snapshot,
+            horizon_seconds=horizon_seconds,
+            max_cycles=max_cycles,
+            creation_backlog=creation_backlog or None,
+        )
+        if with_eta
+        else None
+    )
     if output == "json":
-        payload = {
+        payload: dict[str, object] = {
             "decisions": [d.as_dict() for d in result.decisions],
             "left_out": [item.as_dict() for item in loaded.left_out],
         }
+        if ahead is not None:
+            payload["etas"] = [e.as_dict(now=ahead.now) for e in ahead.etas]
         click.echo(json.dumps(payload, indent=2))
         return
     decisions_table(
@@ -112,6 +142,9 @@ def plan(
         skipped=loaded.skipped,
         left_out=len(loaded.left_out),
     )
+    if ahead is not None:
+        click.echo()
+        print_etas(ahead, ahead.etas, output)
 
 
 def _say_left_out(left_out: tuple[LeftOut, ...]) -> None:

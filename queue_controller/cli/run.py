@@ -91,6 +91,32 @@ import click
     "their controllers (default 0: no limit). [QC_CREATION_BACKLOG_PODS]",
 )
 @click.option(
+    "--max-reservations",
+    type=int,
+    help="Reservations held at once in the cluster, for Queues that set "
+    "spec.reservation (default 8; 0: none). [QC_MAX_RESERVATIONS]",
+)
+@click.option(
+    "--history-min-gangs",
+    type=int,
+    help="Like gangs that must have finished before their median runtime becomes an "
+    "estimate (default 3). [QC_HISTORY_MIN_GANGS]",
+)
+@click.option(
+    "--history-refresh",
+    "history_refresh_seconds",
+    type=float,
+    help="Seconds between reads of finished gangs' runtimes from the journal (default "
+    "300). [QC_HISTORY_REFRESH_SECONDS]",
+)
+@click.option(
+    "--eta-interval",
+    "eta_interval_seconds",
+    type=float,
+    help="Seconds between forecasts of each pending gang's start, written to PodGroup "
+    "status.eta (default 60; 0: off). [QC_ETA_INTERVAL_SECONDS]",
+)
+@click.option(
     "--dcgm-urls",
     metavar="URL[,URL...]",
     help="Read GPU health and activity from DCGM: dcgm-exporter /metrics targets or a "

@@ -22,6 +22,7 @@ from queue_controller.cli.options import journal_option, output_option
 from queue_controller.errors import InputError
 
 if TYPE_CHECKING:
+    from queue_controller.core import ReservationPolicy
     from queue_controller.journal import Entry, Journal
     from queue_controller.sim.scenario.spec import Faults
 
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 POLICIES = ("gang-fit", "quota-only", "per-pod")
 # queue_controller.sim.engine.compare.PREEMPTION_MODES, likewise.
 PREEMPTION_MODES = ("as-configured", "off", "on", "compare")
+# queue_controller.sim.engine.compare.RESERVATION_MODES, likewise.
+RESERVATION_MODES = ("off", "on", "compare")
+OVERRUN_POLICIES = ("Wait", "Preempt")  # queue_controller.core.Overrun's values
 DEFAULT_OUT = "simulation-report"
 # The journal's writer drops its oldest entries once 10,000 wait: let it catch up well before.
 _FLUSH_EVERY = 2000
@@ -263,6 +267,52 @@ def _progress(policies: Sequence[str]) -> Iterator[Callable[[str, float], None] 
     "policy's terminationGracePeriodSeconds (30 s) and restart from scratch.",
 )
 @click.option(
+    "--reservation",
+    type=click.Choice(RESERVATION_MODES),
+    default="off",
+    show_default=True,
+    help="Reservation with backfill in gang-fit: a Queue's head that waited NoNodeFit for "
+    "--reservation-after gets named nodes and a start, and other gangs run there only if "
+    "their estimated end comes before it. off: never; on: for every Queue (a Queue's own "
+    "spec.reservation kept), run as gang-fit+reservation; compare: gang-fit without it and "
+    "again as gang-fit+reservation. report.json gains a reservation block.",
+)
+@click.option(
+    "--reservation-after",
+    type=click.IntRange(min=0),
+    default=300,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a head waits NoNodeFit before it is reserved for (spec.reservation."
+    "afterSeconds).",
+)
+@click.option(
+    "--reservation-margin",
+    type=click.IntRange(min=0),
+    default=60,
+    show_default=True,
+    metavar="SECONDS",
+    help="A backfill must end this long before the reservation's start "
+    "(spec.reservation.backfillMarginSeconds).",
+)
+@click.option(
+    "--reservation-overrun",
+    type=click.Choice(OVERRUN_POLICIES),
+    default="Wait",
+    show_default=True,
+    help="When a backfilled gang still runs at the reserved start: Wait for it, or Preempt it "
+    "(spec.reservation.overrun).",
+)
+@click.option(
+    "--estimate-noise",
+    type=click.FloatRange(min=0, max=5),
+    default=0.2,
+    show_default=True,
+    metavar="FRACTION",
+    help="Runtime estimates are the trace's durations times a seeded lognormal factor "
+    "exp(FRACTION x z), z standard normal (0.2: about two in three within 20%); 0: exact.",
+)
+@click.option(
     "--node-failures-per-hour",
     type=click.FloatRange(min=0),
     metavar="RATE",
@@ -314,6 +364,11 @@ def simulate(
     policy_name: str,
     compare: tuple[str, ...],
     preemption: str,
+    reservation: str,
+    reservation_after: int,
+    reservation_margin: int,
+    reservation_overrun: str,
+    estimate_noise: float,
     node_failures_per_hour: float | None,
     node_repair_minutes: float | None,
     bind_failure_probability: float | None,
@@ -363,6 +418,20 @@ def simulate(
             else (name,)
         )
     ]
+    if reservation != "off":
+        runs = [
+            run
+            for name in runs
+            for run in (
+                (
+                    (name, f"{name}+reservation")
+                    if reservation == "compare"
+                    else (f"{name}+reservation",)
+                )
+                if name.split("+", 1)[0] == "gang-fit"
+                else (name,)
+            )
+        ]
     faults = _faults(
         bundled,
         {
@@ -389,7 +458,12 @@ def simulate(
     scenario = with_dra(scenario, dra)
     from queue_controller.journal.database import parse_url
     from queue_controller.sim.engine.compare import simulate as run_simulation
-    from queue_controller.sim.report.render import report_json, summary_table, write_report
+    from queue_controller.sim.report.render import (
+        report_json,
+        reservation_table,
+        summary_table,
+        write_report,
+    )
 
     run_id = _run_id()
     journal = None if no_journal else _open_journal(url)
@@ -415,6 +489,11 @@ def simulate(
                 progress=progress,
                 policy_file=policy_file,
                 preemption=preemption,
+                reservation=reservation,
+                reservation_policy=_reservation_policy(
+                    reservation_after, reservation_margin, reservation_overrun
+                ),
+                estimate_noise=estimate_noise,
             )
     finally:
         if journal is not None:
@@ -428,6 +507,10 @@ def simulate(
         click.echo(json.dumps(report_json(report), indent=2))
     else:
         _print_table(summary_table(report))
+        reserved = reservation_table(report)
+        if reserved is not None:
+            click.echo()
+            _print_table(reserved)
     # With -o json, standard output holds the JSON alone.
     err = output == "json"
     names = ", ".join(path.name for path in written)
@@ -441,6 +524,14 @@ def simulate(
             line += f" ({journal.dropped:,} dropped: the database could not keep up)"
         click.echo(line, err=err)
         click.echo(f"  queue-controller history --db {shown} --source {source}", err=err)
+
+
+def _reservation_policy(after: int, margin: int, overrun: str) -> ReservationPolicy:
+    from queue_controller.core import Overrun, ReservationPolicy
+
+    return ReservationPolicy(
+        after_seconds=after, backfill_margin_seconds=margin, overrun=Overrun(overrun)
+    )
 
 
 def _source(run_id: str, given: str) -> str:

@@ -30,6 +30,9 @@ class Subject:
     uid: str
     queue: str  # namespace/name of its Queue
     about: tuple[Ref, ...]  # where its events are posted
+    # Its queue-controller.io/runtime-class label, kept in the journal: like gangs share
+    # their runtime history.
+    runtime_class: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +72,10 @@ class Admit:
     # (node -> members of each, in member-index order), as the core decided them.
     domains: Mapping[str, str] = field(default_factory=dict)
     slices: Mapping[str, tuple[Mapping[str, int], ...]] = field(default_factory=dict)
+    # Placed on nodes reserved for these gangs (namespace/name), ending before their start.
+    backfilled_over: tuple[str, ...] = ()
+    # Status fields it changes besides the admission's (controller/reservations.py).
+    fields: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +89,8 @@ class Nominate:
     message: str
     nominated: Mapping[str, Mapping[str, int]]
     victims: tuple[str, ...]  # namespace/name of the gangs it preempts
+    # Status fields it changes besides the preemption's (a reservation it held ends).
+    fields: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,6 +158,10 @@ class MarkPending:
     verdict: str  # Pending | Invalid
     reason: str
     message: str
+    # Reservation fields it changes (controller/reservations.py): merge patch values.
+    fields: Mapping[str, object] = field(default_factory=dict)
+    # A reservation made this cycle: said with a Reserved event.
+    new_reservation: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -126,6 +126,7 @@ class Applier(Writer):
             "topologyAssignment": topology_assignment(current, action.domains, action.slices),
             "admittedAt": iso(now),
             "running": 0,
+            **action.fields,
             "reason": "Admitted",
             "message": action.message,
             "conditions": conditions_with(
@@ -145,6 +146,14 @@ class Applier(Writer):
         if action.domains:
             said += f"; topology domain {topology_domain(action.domains)}"
         await self._events(about, "Admitted", f"{said} ({placed})")
+        if action.backfilled_over:
+            await self._events(
+                about,
+                "Backfilled",
+                "placed on nodes reserved for "
+                f"{', '.join(action.backfilled_over)}, as it should end before their start",
+            )
+            self.metrics.backfilled.labels(action.subject.queue).inc()
         self._journal(
             action.subject,
             JournalEvent.ADMITTED,
@@ -179,6 +188,7 @@ class Applier(Writer):
             "message": action.message,
             "nominatedPlacement": _replacing(group.status.nominatedPlacement, action.nominated),
             "nominatedAt": iso(epoch_seconds(held) if held is not None else now),
+            **action.fields,
             "conditions": conditions_with(
                 group, now, ("Admitted", False, "Preempting", action.message)
             ),
@@ -359,9 +369,14 @@ class Applier(Writer):
             "conditions": conditions_with(
                 group, now, ("Admitted", False, action.reason, action.message)
             ),
+            **action.fields,
         }
         await self._patch(ref, {"status": status}, status=True)
-        if previous != action.reason:
+        if action.new_reservation:
+            about = self._about(action.subject, ref)
+            await self._events(about, "Reserved", action.message)
+            self._journal(action.subject, JournalEvent.PENDING, action.reason, action.message)
+        elif previous != action.reason:
             invalid = action.verdict == "Invalid"
             about = self._about(action.subject, ref)
             await self._events(

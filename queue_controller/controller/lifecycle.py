@@ -26,6 +26,7 @@ from queue_controller.api.v1alpha1 import PodGroupPhase
 from queue_controller.controller import actions as act
 from queue_controller.controller import gpuwatch
 from queue_controller.controller.binding import member_bindings
+from queue_controller.controller.reservations import is_new, pending_fields, settled_fields
 from queue_controller.controller.status import iso
 from queue_controller.controller.summaries import summaries
 from queue_controller.core.cycle import CycleResult
@@ -55,6 +56,7 @@ def subject(gang: GangView) -> act.Subject:
         uid=uid,
         queue=gang.queue_key,
         about=gang.about,
+        runtime_class=gang.gang.facts.runtime.runtime_class,
     )
 
 
@@ -172,9 +174,11 @@ class Planner:
                     message=decision.message,
                     nominated=decision.nominated,
                     victims=tuple(key.split("/", 1)[1] for key, _ in decision.victims),
+                    fields=settled_fields(gang.group.model if gang.group else None),
                 )
             )
-        elif decision.verdict is Verdict.ADMIT:
+            return out
+        if decision.verdict is Verdict.ADMIT:
             out.append(
                 act.Admit(
                     subject=who,
@@ -187,9 +191,16 @@ class Planner:
                     message=decision.message,
                     created=gang.gang.created or now,
                     release=tuple(gang.kind.release(gang.gang)),
+                    backfilled_over=tuple(k.split("/", 1)[1] for k in decision.backfilled_over),
+                    fields=settled_fields(
+                        gang.group.model if gang.group else None, gang.workload.runtime
+                    ),
                 )
             )
-        elif _pending_changed(gang, decision):
+            return out
+        group = gang.group.model if gang.group else None
+        fields = pending_fields(group, decision, gang.workload.runtime, now)
+        if fields or _pending_changed(gang, decision):
             out.append(
                 act.MarkPending(
                     subject=who,
@@ -198,6 +209,8 @@ class Planner:
                     verdict=decision.verdict.value,
                     reason=decision.reason.value,
                     message=decision.message,
+                    fields=fields,
+                    new_reservation=is_new(group, decision.reservation),
                 )
             )
         return out

@@ -30,10 +30,12 @@ from queue_controller.controller.binding import with_sent, without_sent_since
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import HOLDING, Planner, subject
 from queue_controller.controller.metrics import Metrics
+from queue_controller.controller.runtimes import HistoryCache
 from queue_controller.controller.server import Health
 from queue_controller.controller.state import ClusterState
 from queue_controller.controller.summaries import nominated_room
 from queue_controller.core import CycleResult, Verdict, schedule
+from queue_controller.core.reservation import DEFAULT_MIN_HISTORY
 from queue_controller.core.rules import unhealthy_indices
 from queue_controller.errors import InputError
 from queue_controller.kube.gangs import GangView
@@ -84,6 +86,9 @@ class SchedulingLoop:
         creation_backlog: int | None = None,
         period_seconds: float = 0.0,
         idle: Callable[[tuple[GangView, ...], float], dict[str, float]] | None = None,
+        history: HistoryCache | None = None,
+        min_history: int = DEFAULT_MIN_HISTORY,
+        reservation_limit: int = 8,
     ) -> None:
         self.state, self.planner, self.applier = state, planner, applier
         self.leadership, self.metrics, self.health = leadership, metrics, health
@@ -96,6 +101,12 @@ class SchedulingLoop:
         self.creation_backlog = creation_backlog  # admission's pacing (core/cycle/pacing.py)
         self.period = period_seconds
         self.idle = idle  # which running gangs idle (from DCGM), when it is read
+        # Handed each cycle's translation (the ETA writer's offer, controller/eta.py).
+        self.translated: Callable[[Translation], None] | None = None
+        # Finished gangs' runtimes (the journal), read every few minutes off the cycle.
+        self.history = history
+        self.min_history = min_history
+        self.reservation_limit = reservation_limit  # --max-reservations
         # Admitted gangs as of the last cycle, to notice one whose objects vanish.
         self._holding: dict[str, act.Subject] = {}
         # Typed pieces of the objects that did not change since the last cycle.
@@ -157,6 +168,8 @@ class SchedulingLoop:
         # thousands of nodes takes most of a second: arrived members waited that long).
         # What it sent since the copy is noted, and the cycle's bindings that could
         # clash with it are dropped before the cycle reserves its own (binding.py).
+        if self.history is not None:
+            self.history.refresh_if_due(self.clock())  # in its own thread: never waited for
         async with self.planning:
             frozen = self.state.copy()
             sent = self.in_flight.copy()  # releases not yet in the copy hold their slots
@@ -212,8 +225,13 @@ class SchedulingLoop:
             now=now,
             skip=skip,
             memo=self._memo,
+            history=self.history.current if self.history is not None else None,
+            min_history=self.min_history,
+            reservation_limit=self.reservation_limit,
         )
         seen = replace(seen, gangs=with_sent(seen.gangs, sent))
+        if self.translated is not None:
+            self.translated(seen)  # a reference: the forecast runs later, off this cycle
         marks.append(time.perf_counter())
         result = schedule(seen.snapshot, creation_backlog=self.creation_backlog)
         marks.append(time.perf_counter())
@@ -345,6 +363,12 @@ class SchedulingLoop:
             {f"{ns}/{name}": u.usage for (ns, name), u in plan.result.queue_usage.items()}
         )
         self.metrics.set_left_out(Counter(u.model.kind for u in plan.left_out))
+        reserved: Counter[str] = Counter(
+            f"{d.workload.split('/', 1)[0]}/{d.queue}"
+            for d in plan.result.decisions
+            if d.reservation is not None and d.verdict is Verdict.PENDING
+        )
+        self.metrics.set_reservations(reserved)
 
 
 def _can_wait(action: act.Action) -> bool:

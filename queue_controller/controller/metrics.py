@@ -184,6 +184,18 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.reservations = Gauge(
+            p + "reservations",
+            "Reservations held for starving Queue heads (reason Reserved), by queue.",
+            ["queue"],
+            registry=r,
+        )
+        self.backfilled = Counter(
+            p + "backfilled",
+            "Gangs admitted onto nodes reserved for another gang (a backfill), by queue.",
+            ["queue"],
+            registry=r,
+        )
         self.journal_up = Gauge(
             p + "journal_up", "1 while the decision journal accepts writes.", registry=r
         )
@@ -244,6 +256,12 @@ class Metrics:
         self.flagged_gangs.clear()
         for (queue, condition), count in flagged.items():
             self.flagged_gangs.labels(queue, condition).set(count)
+
+    def set_reservations(self, held: Mapping[str, int]) -> None:
+        """Replace the reservations gauge: a queue whose reservation ended drops out."""
+        self.reservations.clear()
+        for queue, count in held.items():
+            self.reservations.labels(queue).set(count)
 
     def set_left_out(self, counts: Mapping[str, int]) -> None:
         """Replace the left-out gauge: a kind with nothing left out any more drops out."""

@@ -25,6 +25,7 @@ from queue_controller.controller.adopt import Adopter
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.binding import InFlight
 from queue_controller.controller.dcgmsource import DcgmSource
+from queue_controller.controller.eta import EtaWriter
 from queue_controller.controller.handlers import ManagedNamespaces, build_registry
 from queue_controller.controller.leader import Leadership
 from queue_controller.controller.lifecycle import Planner
@@ -32,6 +33,7 @@ from queue_controller.controller.loop import SchedulingLoop
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.release import RELEASE_THREADS, Releaser
 from queue_controller.controller.resync import Resync
+from queue_controller.controller.runtimes import HistoryCache, journal_reader
 from queue_controller.controller.server import Health, HealthServer
 from queue_controller.controller.settings import Settings
 from queue_controller.controller.state import ClusterState, held_form
@@ -182,6 +184,12 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         status_writes_per_cycle=settings.status_writes_per_cycle,
         creation_backlog=settings.creation_backlog_pods or None,
         idle=None if dcgm is None else (lambda gangs, now: dcgm.idle_gangs(gangs, now=now)),
+        history=HistoryCache(
+            read=journal_reader(settings.journal_url),
+            refresh_seconds=settings.history_refresh_seconds,
+        ),
+        min_history=settings.history_min_gangs,
+        reservation_limit=settings.max_reservations,
     )
     releaser = Releaser(
         state=state,
@@ -218,6 +226,17 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
             tasks.append(asyncio.create_task(dcgm.run(stop, state=state, leadership=leadership)))
         if adopter is not None:
             tasks.append(asyncio.create_task(adopter.run(stop)))
+        if settings.eta_interval_seconds > 0:
+            # Each pending gang's estimated start, forecast off the cycle (controller/eta.py).
+            etas = EtaWriter(
+                gateway=gateway,
+                state=state,
+                leading=lambda: leadership.leading,
+                interval_seconds=settings.eta_interval_seconds,
+                creation_backlog=settings.creation_backlog_pods or None,
+            )
+            scheduling.translated = etas.offer
+            tasks.append(asyncio.create_task(etas.run(stop)))
         try:
             done, _ = await asyncio.wait(
                 tasks,

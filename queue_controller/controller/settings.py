@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queue_controller.core.cycle import DEFAULT_CREATION_BACKLOG
+from queue_controller.core.reservation import DEFAULT_MIN_HISTORY
 from queue_controller.envsettings import load_settings
 from queue_controller.errors import InputError
 from queue_controller.journal import DEFAULT_URL
@@ -67,6 +68,29 @@ class Settings(BaseSettings):
     )
     status_writes_per_cycle: int = Field(
         default=200, ge=1, description="Cap on pending-reason status writes in one cycle."
+    )
+    # Reservation with backfill (docs/reservation.md): Queues turn it on; these bound it.
+    max_reservations: int = Field(
+        default=8,
+        ge=0,
+        description="Reservations held at once in the whole cluster; 0: none.",
+    )
+    history_min_gangs: int = Field(
+        default=DEFAULT_MIN_HISTORY,
+        ge=1,
+        description="Like gangs that must have finished before their median runtime is "
+        "a gang's estimate.",
+    )
+    history_refresh_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often the finished gangs' runtimes are read from the journal.",
+    )
+    # Each pending gang's estimated start (PodGroup status.eta, controller/eta.py).
+    eta_interval_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="Estimated starts are forecast and written at most this often; 0: off.",
     )
     journal_url: str = Field(default=DEFAULT_URL, min_length=1)
     # Retention: the journal would otherwise grow for ever.  0 turns a bound off.

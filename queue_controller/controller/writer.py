@@ -176,6 +176,7 @@ class Writer:
                 message=message,
                 kind=who.kind,
                 uid=who.uid,
+                runtime_class=who.runtime_class,
                 **extra,
             )
         )

@@ -12,6 +12,7 @@ from queue_controller.journal.history import read_history
 from queue_controller.journal.migrate import migrate
 from queue_controller.journal.model import Entry, JournalEvent
 from queue_controller.journal.retention import Retention
+from queue_controller.journal.runtimes import finished_runtimes
 from queue_controller.journal.writer import Journal
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "Journal",
     "JournalEvent",
     "Retention",
+    "finished_runtimes",
     "migrate",
     "read_history",
 ]

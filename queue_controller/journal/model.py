@@ -47,6 +47,8 @@ class Entry:
     placement: Mapping[str, int] = field(default_factory=dict)  # node -> pods, on Admitted
     requeue_count: int = 0
     source: str = "controller"  # or "simulation:<run id>"
+    # The gang's queue-controller.io/runtime-class label: like gangs share runtime history.
+    runtime_class: str = ""
 
     @property
     def workload(self) -> str:
@@ -129,6 +131,7 @@ class JournalRow(Base):
     placement: Mapped[dict[str, int]] = mapped_column(JSON, nullable=False)
     requeue_count: Mapped[int] = mapped_column(Integer, nullable=False)
     source: Mapped[str] = mapped_column(String(253), nullable=False)
+    runtime_class: Mapped[str] = mapped_column(String(253), nullable=False, server_default="")
 
     @classmethod
     def from_entry(cls, entry: Entry) -> dict[str, object]:
@@ -148,6 +151,7 @@ class JournalRow(Base):
             },
             "requeue_count": int(entry.requeue_count),
             "source": _text(entry.source, 253),
+            "runtime_class": _text(entry.runtime_class, 253),
         }
 
     def to_entry(self) -> Entry:
@@ -164,6 +168,7 @@ class JournalRow(Base):
             placement=dict(self.placement or {}),
             requeue_count=self.requeue_count,
             source=self.source,
+            runtime_class=self.runtime_class or "",
         )
 
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from queue_controller.api import v1alpha1
-from queue_controller.core.model import PodSet, Queue, Workload, WorkloadPhase
+from queue_controller.core.model import (
+    PodSet,
+    Queue,
+    Reason,
+    Reservation,
+    Workload,
+    WorkloadPhase,
+)
 from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.kinds import QUEUE_LABEL, KindGang, WorkloadKind
 from queue_controller.kube.resources import FIELD_MANAGER, POD_GROUP
@@ -241,6 +248,8 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
     placement: dict[str, int] = {}
     by_set: dict[str, dict[str, int]] = {}
     nominated: dict[str, dict[str, int]] = {}
+    no_fit_since: float | None = None
+    reservation: Reservation | None = None
     if group is not None:
         model = group.model
         # A provisional PodGroup's minMember says nothing of the gang (kube/unread.py).
@@ -270,6 +279,8 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         placement = dict(status.placement)
         by_set = {name: dict(nodes) for name, nodes in status.podSetPlacement.items()}
         nominated = {name: dict(nodes) for name, nodes in status.nominatedPlacement.items()}
+        no_fit_since = _no_fit_since(status)
+        reservation = _reservation(status)
     if facts.finished:
         phase = WorkloadPhase.FINISHED
     elif holds(group, held=facts.held):
@@ -300,4 +311,39 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         uncreated_members=facts.uncreated_members,
         nominated=nominated if phase is WorkloadPhase.PENDING else {},
         admitted_at=admitted_at if phase is WorkloadPhase.ADMITTED else None,
+        no_fit_since=no_fit_since if phase is WorkloadPhase.PENDING else None,
+        reservation=reservation if phase is WorkloadPhase.PENDING else None,
+    )
+
+
+# The pending reasons of a gang that waits for room: a reservation counts its wait from
+# when the first of them began.
+NO_FIT_REASONS = frozenset({Reason.NO_NODE_FIT.value, Reason.RESERVED.value})
+
+
+def _no_fit_since(status: v1alpha1.PodGroupStatus) -> float | None:
+    """Since when the gang has waited for room: status.noFitSince, else (a PodGroup
+    written before it was kept) its Admitted condition's lastTransitionTime."""
+    if status.reason not in NO_FIT_REASONS:
+        return None
+    if status.noFitSince is not None:
+        return epoch_seconds(status.noFitSince)
+    condition = status.condition("Admitted")
+    if condition is None or condition.reason not in NO_FIT_REASONS:
+        return None
+    changed = condition.lastTransitionTime
+    return epoch_seconds(changed) if changed is not None else None
+
+
+def _reservation(status: v1alpha1.PodGroupStatus) -> Reservation | None:
+    """The reservation the PodGroup holds (status.reservedPlacement, reservedStart,
+    reservationMadeAt): it survives a restart of the controller."""
+    if not status.reservedPlacement or status.reservedStart is None:
+        return None
+    start = epoch_seconds(status.reservedStart)
+    made = status.reservationMadeAt
+    return Reservation(
+        placement={name: dict(nodes) for name, nodes in status.reservedPlacement.items()},
+        start=start,
+        made=epoch_seconds(made) if made is not None else start,
     )

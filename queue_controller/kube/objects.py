@@ -25,6 +25,7 @@ from queue_controller.core.model import (
     PriorityClass,
     Queue,
     RequeuePolicy,
+    ReservationPolicy,
     ResourceQuota,
     SelectorRequirement,
     Taint,
@@ -310,6 +311,19 @@ def queue(obj: Obj) -> Queue:
         fair_weight=parse_milli(spec.fairSharing.weight),
         consumed=consumed,
         consumed_at=consumed_at,
+        reservation=_reservation(spec.reservation),
+    )
+
+
+def _reservation(spec: v1alpha1.ReservationSpec | None) -> ReservationPolicy:
+    """spec.reservation as the core's policy; absent (or no afterSeconds): off."""
+    if spec is None:
+        return ReservationPolicy()
+    return ReservationPolicy(
+        after_seconds=spec.afterSeconds,
+        max_per_team_quota=spec.maxPerTeamQuota,
+        overrun=spec.overrun,
+        backfill_margin_seconds=spec.backfillMarginSeconds,
     )
 
 

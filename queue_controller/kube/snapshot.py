@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from queue_controller.core.model import (
@@ -33,7 +33,9 @@ from queue_controller.core.model import (
     Snapshot,
     TeamQuota,
     Topology,
+    Workload,
 )
+from queue_controller.core.reservation import DEFAULT_MIN_HISTORY
 from queue_controller.errors import InputError, InvalidSpecError, UnreadableObject, plain
 from queue_controller.kube import dra, kinds, objects
 from queue_controller.kube.cohorts import CohortView, cycle_error, in_cycles
@@ -47,6 +49,7 @@ from queue_controller.kube.gangs import (
     workload_of,
 )
 from queue_controller.kube.kinds import KindGang, WorkloadKind
+from queue_controller.kube.kinds.runtime import RuntimeHistory, estimate
 from queue_controller.kube.memo import TranslationMemo, key_of
 from queue_controller.kube.pieces import PodPiece, read_head, read_node, read_pod
 from queue_controller.kube.resources import COHORT, FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
@@ -236,6 +239,9 @@ def translate(
     now: float,
     skip: Skip | None = None,
     memo: TranslationMemo | None = None,
+    history: RuntimeHistory | None = None,
+    min_history: int = DEFAULT_MIN_HISTORY,
+    reservation_limit: int = 8,
 ) -> Translation:
     """Translate every object, once.
 
@@ -249,6 +255,10 @@ def translate(
     :class:`InputError` is a bug in a reader, and becomes the object's
     :class:`UnreadableObject`, so one object can never fail the whole translation.
     A gang whose kind could not read it is ``InvalidSpec`` on its own PodGroup.
+
+    ``history`` (like gangs' finished runtimes, from the journal) and ``min_history``
+    make runtime estimates (kinds/runtime.py); ``reservation_limit`` is the cluster's
+    cap on reservations held at once.
     """
     memo = memo if memo is not None else TranslationMemo()
     collected = _Collected()
@@ -277,7 +287,8 @@ def translate(
     queues = {(q.model.namespace, q.model.name): q.model for q in collected.queues}
     index = GroupIndex(collected.groups)
     members = _claim_members(collected.pods)
-    gangs = _gangs(collected, members, index, queues, fail, memo)
+    runtimes = _Runtimes(history if history is not None else {}, min_history)
+    gangs = _gangs(collected, members, index, queues, fail, memo, runtimes)
 
     def fail_pod(item: Located, error: InputError) -> None:
         fail(error)
@@ -301,6 +312,7 @@ def translate(
         resource_claims=tuple(collected.resource_claims),
         claim_templates=tuple(collected.claim_templates),
         left_out=tuple(u.model for u in collected.left_out),
+        reservation_limit=reservation_limit,
     )
     return Translation(
         snapshot,
@@ -354,6 +366,7 @@ def _gangs(
     queues: dict[tuple[str, str], Queue],
     fail: Skip,
     memo: TranslationMemo,
+    runtimes: _Runtimes,
 ) -> list[GangView]:
     out: list[GangView] = []
     for kind in kinds.KINDS:
@@ -362,7 +375,17 @@ def _gangs(
                 pods = members.get((kind.name, namespace, name), [])
                 # Where the head is, said only if it is wrong: saying it walks the object.
                 view = _view(
-                    kind, item.obj, namespace, name, pods, index, queues, _where(item), fail, memo
+                    kind,
+                    item.obj,
+                    namespace,
+                    name,
+                    pods,
+                    index,
+                    queues,
+                    _where(item),
+                    fail,
+                    memo,
+                    runtimes,
                 )
                 if view is not None:
                     out.append(view)
@@ -371,7 +394,9 @@ def _gangs(
                 if kind_name != kind.name:
                     continue
                 where = partial(str, f"{kind.name} group {namespace}/{name}")
-                view = _view(kind, None, namespace, name, pods, index, queues, where, fail, memo)
+                view = _view(
+                    kind, None, namespace, name, pods, index, queues, where, fail, memo, runtimes
+                )
                 if view is not None:
                     out.append(view)
     return sorted(out, key=lambda g: g.key)
@@ -388,6 +413,7 @@ def _view(
     where: Callable[[], str],
     fail: Skip,
     memo: TranslationMemo,
+    runtimes: _Runtimes,
 ) -> GangView | None:
     members = tuple(pods)
     key = (kind.name, namespace, name)
@@ -422,6 +448,7 @@ def _view(
         except UnreadableObject as error:
             gang = broken(error)
             workload = workload_of(kind, gang, group)
+        workload = runtimes.of(gang, workload, memo)
     except InputError as error:  # what even a broken gang must get right (its name)
         fail(error.located(where=where()))
         return None
@@ -435,6 +462,32 @@ def _view(
         group=group,
         queue=queues.get((namespace, gang.facts.queue)),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Runtimes:
+    """Each gang's runtime estimate, from what it asks and the journal's history."""
+
+    history: RuntimeHistory
+    min_history: int
+
+    def of(self, gang: KindGang, workload: Workload, memo: TranslationMemo) -> Workload:
+        """``workload`` with its estimate: made once per workload and history (the
+        history is refreshed every few minutes, not per cycle)."""
+        ask = gang.facts.runtime
+
+        def made() -> Workload:
+            found = estimate(
+                ask,
+                namespace=workload.namespace,
+                queue=workload.queue,
+                name=workload.name,
+                history=self.history,
+                min_history=self.min_history,
+            )
+            return replace(workload, runtime=found)
+
+        return memo.derived(workload, (self.history, self.min_history), made)
 
 
 def _where(item: Located) -> Callable[[], str]:

@@ -212,6 +212,9 @@ def controller(
             "3",
             "--idle-window",
             "3",
+            # Estimated starts written every 2 s (tests/cluster/test_eta.py).
+            "--eta-interval",
+            "2",
         ),
     )
     process.start()

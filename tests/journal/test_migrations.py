@@ -51,7 +51,7 @@ def test_the_comparison_would_see_a_difference(sqlite_db: str) -> None:
 def test_one_head_and_the_database_is_at_it(sqlite_db: str) -> None:
     scripts = ScriptDirectory.from_config(alembic_config())
     [head] = scripts.get_heads()
-    assert head == "0001_create_journal_entries"
+    assert head == "0002_runtime_class"
     migrate(sqlite_db)
     engine = create_engine(sqlite_db)
     try:

@@ -181,6 +181,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
         progress: Callable[[str, float], None] | None = None,
         policy_file: str = "",
         preemption: str = "as-configured",
+        reservation: str = "off",
+        reservation_policy: Any = None,
+        estimate_noise: float = 0.0,
     ) -> Any:
         calls.simulate.append(
             {
@@ -193,6 +196,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
                 "progress": progress,
                 "policy_file": policy_file,
                 "preemption": preemption,
+                "reservation": reservation,
+                "reservation_policy": reservation_policy,
+                "estimate_noise": estimate_noise,
             }
         )
         for name in compare:

@@ -204,9 +204,11 @@ def test_report_json_is_exactly_the_issues_shape() -> None:
         "preemption",
         "terminationGracePeriodSeconds",
         "dra",
+        "reservation",
         "policies",
         "upper_bound",
     ]
+    assert payload["reservation"] is None  # simulate --reservation off
     assert (payload["preemption"], payload["terminationGracePeriodSeconds"]) == (
         "as-configured",
         30.0,

@@ -333,6 +333,8 @@ EXPECTED = {
             "Requeues": ".status.requeueCount",
             "Reason": ".status.reason",
             "Domain": ".status.topologyDomain",
+            "Reserved": ".status.reservedStart",
+            "ETA": ".status.eta.start",
             "Kind": ".metadata.labels.queue-controller\\.io/workload-kind",
             "Age": ".metadata.creationTimestamp",
         },

@@ -36,6 +36,7 @@ CEL_CONTAINED = "Only the DRA selector modules import the CEL interpreter"
 CORE_PACKAGES = "The core's packages only look downward"
 CYCLE_MODULES = "The admission cycle's modules only look downward"
 PREEMPTION_MODULES = "Preemption's modules only look downward"
+RESERVATION_MODULES = "Reservation's modules only look downward"
 QUOTA_MODULES = "Quota's modules only look downward"
 PLACEMENT_MODULES = "Placement's modules only look downward"
 TOPOLOGY_MODULES = "Topology placement's modules only look downward"
@@ -45,6 +46,7 @@ MODEL_MODULES = "The model's modules only look downward"
 SIM_PACKAGES = "The simulator's packages only look downward"
 SIM_ENGINE_MODULES = "The simulator engine's modules only look downward"
 SIM_REPORT_MODULES = "The simulator report's modules only look downward"
+SIM_FORECAST_MODULES = "The simulator forecast's modules only look downward"
 SIM_MEASUREMENT_MODULES = "The simulator measurement's modules only look downward"
 SIM_WORLD_MODULES = "The simulated world's modules only look downward"
 SIM_SCENARIO_MODULES = "The simulator scenario's modules only look downward"
@@ -109,6 +111,16 @@ BREAKS = {
         "queue_controller/core/preemption/victims.py",
         "import queue_controller.core.preemption.fairvictims",
     ),
+    "choose-imports-book": Break(
+        RESERVATION_MODULES,
+        "queue_controller/core/reservation/choose.py",
+        "import queue_controller.core.reservation.book",
+    ),
+    "reservation-imports-preemption": Break(
+        CORE_PACKAGES,
+        "queue_controller/core/reservation/choose.py",
+        "import queue_controller.core.preemption.victims",
+    ),
     "ledger-imports-fairshare": Break(
         QUOTA_MODULES,
         "queue_controller/core/quota/ledger.py",
@@ -151,6 +163,11 @@ BREAKS = {
         SIM_PACKAGES,
         "queue_controller/sim/world/events.py",
         "import queue_controller.sim.measurement.results",
+    ),
+    "forecast-outcome-imports-run": Break(
+        SIM_FORECAST_MODULES,
+        "queue_controller/sim/forecast/outcome.py",
+        "import queue_controller.sim.forecast.run",
     ),
     "sim-admission-imports-run": Break(
         SIM_ENGINE_MODULES,
@@ -279,6 +296,7 @@ def test_one_edit_breaks_its_contract(tmp_path: Path, edit: Break) -> None:
         ("core", CORE_PACKAGES),
         ("core/cycle", CYCLE_MODULES),
         ("core/preemption", PREEMPTION_MODULES),
+        ("core/reservation", RESERVATION_MODULES),
         ("core/quota", QUOTA_MODULES),
         ("core/placement", PLACEMENT_MODULES),
         ("core/placement/topology", TOPOLOGY_MODULES),
@@ -288,6 +306,7 @@ def test_one_edit_breaks_its_contract(tmp_path: Path, edit: Break) -> None:
         ("sim", SIM_PACKAGES),
         ("sim/engine", SIM_ENGINE_MODULES),
         ("sim/report", SIM_REPORT_MODULES),
+        ("sim/forecast", SIM_FORECAST_MODULES),
         ("sim/measurement", SIM_MEASUREMENT_MODULES),
         ("sim/world", SIM_WORLD_MODULES),
         ("sim/scenario", SIM_SCENARIO_MODULES),

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from queue_controller.core.model import PodSet
 from queue_controller.errors import InputError
 from queue_controller.kube.fields import Obj, get, objects
+from queue_controller.kube.kinds.runtime import NO_ASK, RuntimeAsk
 from queue_controller.kube.resources import Resource
 from queue_controller.kube.views import Delete, MemberPod, Patch, Ref, Write, ref_of
 
@@ -97,6 +98,8 @@ class KindFacts:
     # with the rest, but the gang is whole without them: binding, which waits for the
     # whole gang, would otherwise wait for them for ever.  They are bound as they come.
     later_pod_sets: frozenset[str] = frozenset()
+    # What its objects say of its runtime (kinds/runtime.py): for reservation and backfill.
+    runtime: RuntimeAsk = NO_ASK
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,6 +44,7 @@ from queue_controller.kube.kinds.base import (
     read_or,
 )
 from queue_controller.kube.kinds.managed import raw_mapping
+from queue_controller.kube.kinds.runtime import NO_ASK, RuntimeAsk, runtime_ask
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, JOB, Resource
@@ -93,6 +94,24 @@ def _gang_size(head: Obj) -> tuple[int, int]:
             field=where,
         )
     return count, min_member
+
+
+def _runtime(head: Obj, labels: dict[str, str]) -> RuntimeAsk:
+    """The template's runtime annotation, else the Job's; the Job's or its pods' deadline."""
+    return runtime_ask(
+        annotations=(
+            (TEMPLATE_ANNOTATIONS, strings(head, TEMPLATE_ANNOTATIONS)),
+            ("metadata.annotations", strings(head, "metadata.annotations")),
+        ),
+        deadlines=(
+            ("spec.activeDeadlineSeconds", raw_mapping(head, "spec").get("activeDeadlineSeconds")),
+            (
+                f"{TEMPLATE_PATH}.activeDeadlineSeconds",
+                raw_mapping(head, "spec", "template", "spec").get("activeDeadlineSeconds"),
+            ),
+        ),
+        labels=labels,
+    )
 
 
 # Held, stopped and evicted by spec.suspend.
@@ -145,6 +164,7 @@ class BatchJob:
                 spec_error=errors[-1],
             )
         created = read_or(lambda: timestamp(head, "metadata.creationTimestamp"), None, errors)
+        facts = replace(facts, runtime=read_or(lambda: _runtime(head, labels), NO_ASK, errors))
         if errors and not facts.spec_error:
             facts = replace(facts, spec_error=errors[0])
         return head_gang(

@@ -39,6 +39,7 @@ from queue_controller.kube.kinds.base import (
     read_or,
 )
 from queue_controller.kube.kinds.managed import raw_mapping
+from queue_controller.kube.kinds.runtime import NO_ASK, RuntimeAsk, runtime_ask
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, Resource
@@ -112,6 +113,8 @@ class TrainingJob:
             uncreated_members=0 if finished else max(0, total - sum(p.made for p in members)),
             spec_error=errors[0] if errors else "",
         )
+        runtime = read_or(lambda: self._runtime(head, labels), NO_ASK, errors)
+        facts = replace(facts, runtime=runtime, spec_error=errors[0] if errors else "")
         created = read_or(lambda: timestamp(head, "metadata.creationTimestamp"), None, [])
         return head_gang(
             self._resource,
@@ -121,6 +124,31 @@ class TrainingJob:
             members=members,
             facts=facts,
             created=created,
+            labels=labels,
+        )
+
+    def _runtime(self, head: Obj, labels: dict[str, str]) -> RuntimeAsk:
+        """The first replica template's runtime annotation, else the job's; its
+        runPolicy's deadline."""
+        where = f"spec.{self.replica_specs}"
+        templates = [
+            (f"{where}.{replica}.template.metadata.annotations", raw_mapping(spec, "template"))
+            for replica, spec in raw_mapping(head, "spec", self.replica_specs).items()
+        ]
+        return runtime_ask(
+            annotations=(
+                *(
+                    (path, strings(template, "metadata.annotations"))
+                    for path, template in templates
+                ),
+                ("metadata.annotations", strings(head, "metadata.annotations")),
+            ),
+            deadlines=(
+                (
+                    "spec.runPolicy.activeDeadlineSeconds",
+                    raw_mapping(head, "spec", "runPolicy").get("activeDeadlineSeconds"),
+                ),
+            ),
             labels=labels,
         )
 

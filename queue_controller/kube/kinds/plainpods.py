@@ -52,6 +52,12 @@ from queue_controller.kube.kinds.base import (
     queue_name,
 )
 from queue_controller.kube.kinds.managed import raw_mapping
+from queue_controller.kube.kinds.runtime import (
+    NO_ASK,
+    RUNTIME_ANNOTATION,
+    RuntimeAsk,
+    runtime_ask,
+)
 from queue_controller.kube.kinds.topology import topology_request
 from queue_controller.kube.objects import pod_template
 from queue_controller.kube.resources import ADMISSION_GATE, HOSTNAME_LABEL, POD, Resource
@@ -129,7 +135,14 @@ class PlainPods:
         total, total_error = _total(members) if grouped else (1, "")
         topologies, topology_error = _topologies(live)
         timeout, timeout_error = _timeout(members)
-        spec_error = total_error or _queues_agree(members) or topology_error or timeout_error
+        runtime, runtime_error = _runtime(members)
+        spec_error = (
+            total_error
+            or _queues_agree(members)
+            or topology_error
+            or timeout_error
+            or runtime_error
+        )
         counted = len(live) + succeeded
         if not spec_error and len(live) > total:
             spec_error = (
@@ -149,6 +162,7 @@ class PlainPods:
             spec_error=spec_error,
             timeout_seconds=timeout,
             gang_size=total if total and not spec_error else None,
+            runtime=runtime,
         )
         return KindGang(
             namespace=namespace,
@@ -264,6 +278,19 @@ def _timeout(members: Sequence[MemberPod]) -> tuple[int | None, str]:
             except InputError as error:
                 return None, f"{error} (on pod {pod.ref.name})"
     return None, ""
+
+
+def _runtime(members: Sequence[MemberPod]) -> tuple[RuntimeAsk, str]:
+    """The first member's runtime annotation that has one, and its runtime class."""
+    try:
+        ask = runtime_ask(
+            annotations=(("metadata.annotations", p.annotations) for p in members),
+            labels=members[0].labels if members else {},
+        )
+    except InputError as error:
+        holder = next(p for p in members if RUNTIME_ANNOTATION in p.annotations)
+        return NO_ASK, f"{error} (on pod {holder.ref.name})"
+    return ask, ""
 
 
 # Plain pods carry no completion index (unlike an Indexed Job's), so nothing says which

@@ -45,6 +45,17 @@ pending gang of a fair-sharing cohort's TeamQuotas is always shown, uncapped
 and as a possible preemptor (``fair_teams``), as ``exhaustive`` would show it;
 other cohorts keep the pruning.  A test holds pruned and exhaustive runs of
 such a cohort identical.
+
+Reservation with backfill (``reserving``) turns both savings off for the whole
+run, as ``exhaustive`` does, and shows every admitted gang as itself, its bound
+pods named as its own.  A reservation is made for a Queue's *head* (so every
+pending gang must be shown, or the head the core finds is not the Queue's), at
+the moment the running gangs' estimated ends free room (so each admitted gang
+must come with its own ``admitted_at``, runtime and nodes, never summed into a
+settled one), and a backfill window moves with the clock (so a gang refused
+once may fit a window in a later cycle though nothing was freed).  Proving
+which gangs cannot matter would be fragile; showing everything is simple and
+correct, at the price of a cycle's cost growing with the running gangs.
 """
 
 from __future__ import annotations
@@ -52,7 +63,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from queue_controller.core import (
     CycleResult,
@@ -96,6 +107,7 @@ class Admission:
         exact_placement: bool,
         priority: Mapping[str, int],
         exhaustive: bool = False,
+        reserving: bool = False,
     ) -> None:
         self.scenario = scenario
         self.priority = priority  # workload -> its PriorityClass value, as the core orders
@@ -103,7 +115,12 @@ class Admission:
         self.book = book
         self.scheduler = scheduler
         self.placer = EquivalenceIndex if exact_placement else NeverRefuses
-        self.exhaustive = exhaustive
+        self.reserving = reserving  # reservation with backfill: see the module
+        # The cluster-wide cap on reservations: the controller's default.
+        limit = next(f.default for f in fields(Snapshot) if f.name == "reservation_limit")
+        assert isinstance(limit, int)
+        self.reservation_limit = limit
+        self.exhaustive = exhaustive or reserving
         # What came back since the last cycle, and who became a candidate.
         self.freed_nodes: set[str] = set()
         self.quota_back: set[tuple[str, str]] = set()  # (cohort, resource)
@@ -236,7 +253,7 @@ class Admission:
 
     def _schedule(self, candidates: list[JobState], now: float) -> CycleResult:
         usage = self.book.usage()
-        if self.victim_teams:
+        if self.victim_teams or self.reserving:
             owned = (p for job in self.unsettled.values() if job.alone for p in job.core_pods())
             usage += tuple(owned)
         snapshot = Snapshot(
@@ -250,6 +267,7 @@ class Admission:
             cohorts=self.scenario.cohorts,
             topologies=self.scenario.topologies,
             now=now,
+            reservation_limit=self.reservation_limit,
         )
         dra = self.scenario.dra
         if dra is not None:
@@ -411,7 +429,13 @@ class Admission:
         merged: dict[tuple[str, str, tuple[object, ...]], tuple[int, PodTemplate]] = {}
         for job in self.unsettled.values():
             settled = job.bound_count == job.pods or not job.placement  # as settle() has it
-            if job.alone and settled and job.team not in shown and job.team not in self.afs_teams:
+            if (
+                job.alone
+                and settled
+                and not self.reserving
+                and job.team not in shown
+                and job.team not in self.afs_teams
+            ):
                 key = (job.spec.namespace, job.spec.queue, job.shape)
                 pods, _ = merged.get(key, (0, job.template))
                 merged[key] = (pods + job.pods, job.template)

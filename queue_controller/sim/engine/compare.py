@@ -24,6 +24,12 @@ Preemption (:mod:`.preempting`) is the TeamQuotas' ``preemption`` policy, as
 configured, or switched off or on for every quota (``on`` gives each quota
 without a policy Kueue's usual one), or both side by side: ``compare`` runs
 each admitting policy without it and again as ``<policy>+preemption``.
+
+Reservation with backfill (:mod:`.reserving`) is off, or on for every Queue
+(each ``gang-fit`` run gets the same ``ReservationPolicy``), or both:
+``compare`` runs each ``gang-fit`` run again as ``<run>+reservation``.  Only
+gang-fit places gangs exactly, so only there is a gang refused ``NoNodeFit``
+and reserved for; the other policies always run without it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 
-from queue_controller.core import Preemption, ReclaimPolicy, WithinPolicy
+from queue_controller.core import Preemption, ReclaimPolicy, ReservationPolicy, WithinPolicy
+from queue_controller.sim.engine.reserving import with_reservation
 from queue_controller.sim.engine.run import PolicyRun, Progress, Record
 from queue_controller.sim.measurement.fluid import fluid_bound, saturated_allocation
 from queue_controller.sim.measurement.results import PolicyResult, SimulationReport
@@ -45,6 +52,8 @@ POLICIES = ("gang-fit", "quota-only", "per-pod")
 ADMITTING = ("gang-fit", "quota-only")  # the policies that run the core, quotas and all
 PREEMPTION_MODES = ("as-configured", "off", "on", "compare")
 WITH_PREEMPTION = "+preemption"
+RESERVATION_MODES = ("off", "on", "compare")
+WITH_RESERVATION = "+reservation"
 # What `--preemption on` gives a TeamQuota that sets no preemption policy: Kueue's
 # common choice, so that a lender takes its nominal back from any borrower, and a
 # gang may evict its own team's lower-priority gangs.
@@ -68,8 +77,34 @@ def with_preemption(scenario: Scenario, on: bool) -> Scenario:
     return replace(scenario, quotas=quotas)
 
 
-def runs(scenario: Scenario, compare: Sequence[str], preemption: str) -> list[tuple[str, Scenario]]:
+def runs(
+    scenario: Scenario,
+    compare: Sequence[str],
+    preemption: str,
+    reservation: str = "off",
+    reservation_policy: ReservationPolicy | None = None,
+) -> list[tuple[str, Scenario]]:
     """(run name, the scenario it runs) for each policy in ``compare``, in that order."""
+    if reservation not in RESERVATION_MODES:
+        raise ValueError(
+            f"unknown reservation mode {reservation!r}; choose from {RESERVATION_MODES}"
+        )
+    if reservation != "off" and reservation_policy is None:
+        raise ValueError(f"reservation {reservation!r} needs a reservation policy")
+    out: list[tuple[str, Scenario]] = []
+    for name, variant in _preemption_runs(scenario, compare, preemption):
+        if name.split("+", 1)[0] != "gang-fit" or reservation == "off":
+            out.append((name, with_reservation(variant, None)))
+            continue
+        if reservation == "compare":
+            out.append((name, with_reservation(variant, None)))
+        out.append((name + WITH_RESERVATION, with_reservation(variant, reservation_policy)))
+    return out
+
+
+def _preemption_runs(
+    scenario: Scenario, compare: Sequence[str], preemption: str
+) -> list[tuple[str, Scenario]]:
     if preemption not in PREEMPTION_MODES:
         raise ValueError(f"unknown preemption mode {preemption!r}; choose from {PREEMPTION_MODES}")
     out: list[tuple[str, Scenario]] = []
@@ -97,6 +132,9 @@ def simulate(
     run_id: str = "sim",
     exhaustive: bool = False,
     preemption: str = "as-configured",
+    reservation: str = "off",
+    reservation_policy: ReservationPolicy | None = None,
+    estimate_noise: float = 0.0,
 ) -> SimulationReport:
     """Replay ``scenario`` under each policy in ``compare`` and measure them side by side."""
     unknown = [name for name in compare if name not in POLICIES]
@@ -106,7 +144,7 @@ def simulate(
     total = sum(capacity(node) for node in scenario.nodes)
     bound = fluid_bound(scenario)
     results: dict[str, PolicyResult] = {}
-    for name, variant in runs(scenario, compare, preemption):
+    for name, variant in runs(scenario, compare, preemption, reservation, reservation_policy):
         started = time.perf_counter()
         run = PolicyRun(
             name,
@@ -117,6 +155,8 @@ def simulate(
             progress=progress,
             run_id=run_id,
             exhaustive=exhaustive,
+            estimate_noise=estimate_noise,
+            seed=seed,
         )
         run.run()
         result = run.result(wall_seconds=time.perf_counter() - started)
@@ -137,4 +177,9 @@ def simulate(
         preemption=preemption,
         grace_period_seconds=policy.termination_grace_period_seconds,
         dra=scenario.dra is not None,
+        reservation=reservation,
+        reservation_after_seconds=None
+        if reservation_policy is None or reservation == "off"
+        else reservation_policy.after_seconds,
+        estimate_noise=estimate_noise,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from queue_controller.core import (
@@ -19,10 +20,12 @@ from queue_controller.sim.engine.admission import Admission
 from queue_controller.sim.engine.binding import Binding
 from queue_controller.sim.engine.nodefaults import NodeFaults
 from queue_controller.sim.engine.preempting import Preempting
+from queue_controller.sim.engine.reserving import Reserving, estimate, reserving
 from queue_controller.sim.measurement.domainmeter import DomainMeter
 from queue_controller.sim.measurement.measure import Meters
 from queue_controller.sim.measurement.outcome import journal_entry, policy_result
 from queue_controller.sim.measurement.queueshare import QueueShareMeter
+from queue_controller.sim.measurement.reservation import ReservationMeter
 from queue_controller.sim.measurement.results import PolicyResult, size_class
 from queue_controller.sim.measurement.sharing import ReclaimClock, ShareMeter
 from queue_controller.sim.scenario.policy import DEFAULT_TIMEOUT_SECONDS, Policy
@@ -41,7 +44,7 @@ PODS_READY_TIMEOUT = "PodsReadyTimeout"
 GIVE_UP_SECONDS = 30 * 86400.0
 
 
-class PolicyRun(Binding, Preempting, NodeFaults):
+class PolicyRun(Binding, Preempting, NodeFaults, Reserving):
     def __init__(
         self,
         name: str,
@@ -53,6 +56,8 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         progress: Progress | None = None,
         run_id: str = "sim",
         exhaustive: bool = False,
+        estimate_noise: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self.name = name
         # "gang-fit+preemption" runs gang-fit (over quotas with preemption on).
@@ -69,6 +74,8 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         self.meters = Meters(self.book.capacity_gpus())
         self.queues = tuple(policy.applied_to(q) for q in scenario.queues)
         self.queue_by_key = {(q.namespace, q.name): q for q in self.queues}
+        # Reservation with backfill (.reserving): gang-fit only, where a Queue turns it on.
+        self.reserving = self.kind == "gang-fit" and reserving(self.queues)
         self.priorities = PriorityTable(scenario.priority_classes)
         self.jobs = prepare_jobs(scenario.jobs, scenario.queues, scenario.quotas, scenario.dra)
         self.priority: dict[str, int] = {}
@@ -88,9 +95,17 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             exact_placement=self.kind == "gang-fit",
             priority=self.priority,
             exhaustive=exhaustive,
+            reserving=self.reserving,
         )
         for job in self.jobs:
-            job.alone = self.admits and job.team in self.admission.victim_teams
+            # With reservation, the core must see what each running gang holds, and until
+            # when: every gang is shown as itself (sim.engine.admission).
+            job.alone = self.admits and (self.reserving or job.team in self.admission.victim_teams)
+            if self.reserving:
+                job.runtime = estimate(job.spec, noise=estimate_noise, seed=seed)
+        self.reservations = (
+            ReservationMeter(reserving=self.reserving) if self.kind == "gang-fit" else None
+        )
         self._preemption_init()
         self.reclaim = ReclaimClock(scenario.quotas)
         self.shares = ShareMeter(scenario.quotas, scenario.cohorts)
@@ -211,11 +226,19 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             if decision.verdict is Verdict.ADMIT:
                 self._admit(job, decision)
             elif decision.verdict is Verdict.PREEMPT:
+                if self.reservations is not None:
+                    self.reservations.preempted(decision)
+                if self.reserving:
+                    self._room_taken(job)
                 self._preempt(job, decision)
             elif decision.verdict is Verdict.INVALID:
                 del self.pending[job.key]
                 self._invalid(job, decision.message)
-            elif decision.reason.value != job.reason:
+            else:
+                if self.reserving:
+                    self._waited(job, decision)
+                if decision.reason.value == job.reason:
+                    continue
                 if job.nominated:  # the core tried it afresh: the room it held is gone
                     job.nominated = {}
                     job.changed()
@@ -247,6 +270,10 @@ class PolicyRun(Binding, Preempting, NodeFaults):
         job.placement = dict(decision.placement)
         job.nominated = {}
         job.changed()
+        if self.reservations is not None:
+            self.reservations.admitted(job, decision, self.now)
+        if self.reserving:
+            self._room_taken(job)
         self.reclaim.admitted(job, self.now)
         self.admission.admitted(job)
         self._journal(job, "Admitted", "Admitted", decision.message, placement=job.placement)
@@ -298,6 +325,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             self.meters.pending -= 1
             if not job.placed_once:
                 job.placed_once = True
+                job.placed_at = self.now
                 gang_gpus = job.held_gpus
                 self.meters.waits.append((size_class(gang_gpus), self.now - job.spec.arrival))
         elif not self.admits:
@@ -445,7 +473,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
 
     def result(self, *, wall_seconds: float) -> PolicyResult:
         self.domains.finish(self.jobs, self.meters.times[-1])
-        return policy_result(
+        result = policy_result(
             self.meters,
             policy=self.name,
             scenario=self.scenario,
@@ -462,3 +490,7 @@ class PolicyRun(Binding, Preempting, NodeFaults):
             queue_shares=self.queue_shares.result(self.meters.times[-1]) if self.admits else {},
             domains=self.domains,
         )
+        if self.reservations is None:
+            return result
+        figures = self.reservations.figures(self.jobs, end=self.meters.times[-1])
+        return replace(result, reservation=figures)

@@ -81,6 +81,26 @@ class TopologyFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class ReservationFigures:
+    """What reservation with backfill did in a gang-fit run (sim.measurement.reservation)."""
+
+    reserving: bool  # whether the run had reservation on
+    large_gang_min_gpus: float
+    large_gangs: int
+    large_gangs_never_started: int
+    large_gang_wait_p95_seconds: float | None
+    makespan_seconds: float
+    reservations: int  # distinct reservations made
+    backfilled_gangs: int
+    overruns: int  # reservations overrun by a backfilled gang, plus overrun preemptions
+    overrun_preemptions: int
+    late_reservations: int
+    eta_median_relative_error: float | None
+    eta_gangs: int
+    large_waits: tuple[float, ...] = field(default=(), repr=False)  # seconds, for the plot
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyResult:
     policy: str  # gang-fit | quota-only | per-pod
     gpu_allocation: float
@@ -111,6 +131,7 @@ class PolicyResult:
     # ``weight`` is the Queue's target part of its TeamQuota's usage.
     queue_shares: dict[str, ShareSeries] = field(default_factory=dict)
     topology: TopologyFigures | None = None  # None: no Queue uses a Topology
+    reservation: ReservationFigures | None = None  # None: not a gang-fit run
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +159,6 @@ class SimulationReport:
     preemption: str = "as-configured"  # as-configured | off | on | compare
     grace_period_seconds: float = 30.0  # of a preempted gang's pods
     dra: bool = False  # whole GPUs asked and offered through DRA (`simulate --dra`)
+    reservation: str = "off"  # off | on | compare (`simulate --reservation`)
+    reservation_after_seconds: int | None = None  # the Queues' afterSeconds, where on
+    estimate_noise: float = 0.0  # of the runtime estimates (`simulate --estimate-noise`)

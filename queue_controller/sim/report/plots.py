@@ -20,6 +20,11 @@ from queue_controller.sim.measurement.results import (
     ShareSeries,
     SimulationReport,
 )
+from queue_controller.sim.report.reservation import (
+    RESERVATION_WAITS_PNG,
+    reservation_json,
+    runs,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -41,6 +46,7 @@ COLOURS = {
     "per-pod": "tab:green",
     "gang-fit+preemption": "tab:purple",
     "quota-only+preemption": "tab:red",
+    "gang-fit+reservation": "tab:cyan",
 }
 _MIN_WAIT_MINUTES = 1.0 / 60.0  # a log axis cannot show 0: shorter waits sit at 1 s
 
@@ -95,7 +101,40 @@ def write_plots(report: SimulationReport, out_dir: Path) -> list[Path]:
         path = out_dir / name
         figure.savefig(path, dpi=_DPI, format="png")
         written.append(path)
+    if reservation_json(report) is not None:
+        figure = Figure(figsize=(_WIDTH_IN, _HEIGHT_IN), dpi=_DPI)
+        FigureCanvasAgg(figure)
+        figure.subplots_adjust(left=0.07, right=0.98, bottom=0.11, top=0.9)
+        _reservation_waits(figure, report)
+        path = out_dir / RESERVATION_WAITS_PNG
+        figure.savefig(path, dpi=_DPI, format="png")
+        written.append(path)
     return written
+
+
+def _reservation_waits(figure: Figure, report: SimulationReport) -> None:
+    """Large gangs' waits (CDF), gang-fit without and with reservation."""
+    axes = figure.subplots()
+    threshold = None
+    for result in runs(report):
+        figures = None if result is None else result.reservation
+        if result is None or figures is None or not figures.large_waits:
+            continue
+        threshold = figures.large_gang_min_gpus
+        xs, ys = _cdf([max(w / 60.0, _MIN_WAIT_MINUTES) for w in figures.large_waits])
+        axes.step(xs, ys, where="post", label=result.policy, color=COLOURS.get(result.policy))
+    if threshold is None:
+        _empty(axes, "no large gangs")
+        return
+    axes.set_title(
+        f"Wait of large gangs ({threshold:g} GPUs or more) until the whole gang runs (CDF)"
+    )
+    axes.set_xscale("log")
+    axes.set_xlabel("wait (minutes)")
+    axes.set_ylabel("fraction of large gangs")
+    axes.set_ylim(0, 1.02)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right", fontsize="small")
 
 
 def _cdf(ordered: Sequence[float], max_points: int = MAX_POINTS) -> tuple[list[float], list[float]]:

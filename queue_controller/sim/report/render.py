@@ -26,6 +26,8 @@ from queue_controller.sim.report.markdown import count as _count
 from queue_controller.sim.report.markdown import duration, gpu_hours, percent
 from queue_controller.sim.report.markdown import md as _md
 from queue_controller.sim.report.markdown import md_table as _md_table
+from queue_controller.sim.report.reservation import reservation_json, reservation_section
+from queue_controller.sim.report.reservation import rows as reservation_rows
 from queue_controller.sim.report.sharing import preemption_line as _preemption
 from queue_controller.sim.report.sharing import sharing_section as _sharing
 
@@ -134,6 +136,7 @@ def report_json(report: SimulationReport) -> dict[str, object]:
         "preemption": report.preemption,
         "terminationGracePeriodSeconds": report.grace_period_seconds,
         "dra": report.dra,
+        "reservation": reservation_json(report),
         "policies": {name: policy_json(result) for name, result in report.policies.items()},
         "upper_bound": None
         if bound is None
@@ -244,6 +247,20 @@ def summary_table(report: SimulationReport) -> Table:
     table.add_column(header[0].upper(), no_wrap=True)
     for name in header[1:]:
         table.add_column(name.upper(), justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def reservation_table(report: SimulationReport) -> Table | None:
+    """The reservation block for the terminal: gang-fit without and with it; None if off."""
+    rows = reservation_rows(report)
+    if not rows:
+        return None
+    table = Table(box=None, header_style="bold", pad_edge=False, expand=False)
+    table.add_column("RESERVATION", no_wrap=True)
+    for name in ("GANG-FIT", "GANG-FIT+RESERVATION"):
+        table.add_column(name, justify="right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
     return table
@@ -401,6 +418,9 @@ def report_markdown(report: SimulationReport) -> str:
     else:
         lines.append("No team quotas in this scenario.")
     lines += ["", *_sharing(report)]
+    section = reservation_section(report)
+    if section:
+        lines += ["", *section]
     lines += ["", "## How to read this", "", _HOW_TO_READ]
     return "\n".join(lines)
 

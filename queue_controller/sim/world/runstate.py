@@ -16,7 +16,8 @@ from queue_controller.core import (
     WorkloadPhase,
     one_pod_set,
 )
-from queue_controller.core.model import GPU, ONE
+from queue_controller.core.model import GPU, ONE, Reservation, RuntimeEstimate
+from queue_controller.core.model.objects import UNKNOWN_RUNTIME
 from queue_controller.core.rules import pod_request
 from queue_controller.errors import InvalidSpecError
 from queue_controller.sim.scenario.dra import DraCluster
@@ -69,6 +70,13 @@ class JobState:
     # Node -> the sum of (GPU-equivalents x bind time) of its bound pods there: the
     # GPU time the attempt ran, should a preemption throw it away.
     bind_weight: dict[str, float] = field(default_factory=dict)
+    # Reservation with backfill (sim.engine.reserving): the runtime estimate the core
+    # reads, since when it has waited NoNodeFit or Reserved, and the reservation it
+    # holds (PodGroup status.reservedPlacement and reservedStart).
+    runtime: RuntimeEstimate = UNKNOWN_RUNTIME
+    no_fit_since: float | None = None
+    reservation: Reservation | None = None
+    placed_at: float | None = None  # when its members were first all bound
     workload: Workload | None = None
     pods_of_core: tuple[BoundPod, ...] | None = None
     key: str = ""  # "namespace/name", kept: it is looked up at every turn
@@ -153,6 +161,9 @@ class JobState:
             nominated={} if admitted else self.nominated,
             # Admission fair sharing charges an entry penalty until its Queue's next sample.
             admitted_at=self.admitted_at if admitted else None,
+            runtime=self.runtime,
+            no_fit_since=None if admitted else self.no_fit_since,
+            reservation=None if admitted else self.reservation,
         )
 
 

@@ -71,7 +71,7 @@ app.kubernetes.io/part-of: queue-controller
 
 {{/* Settings the `settings` map may set; the chart sets every other one itself. */}}
 {{- define "queue-controller.extraSettings" -}}
-tickSeconds batchSeconds cyclePeriodSeconds podsReadyTimeoutSeconds creationBacklogPods statusWritesPerCycle dcgmUrls dcgmIntervalSeconds gpuClearSeconds gpuTaint idleThreshold idleWindowSeconds
+tickSeconds batchSeconds cyclePeriodSeconds podsReadyTimeoutSeconds creationBacklogPods statusWritesPerCycle dcgmUrls dcgmIntervalSeconds gpuClearSeconds gpuTaint idleThreshold idleWindowSeconds maxReservations historyMinGangs historyRefreshSeconds
 {{- end }}
 
 {{/* The DNS names the webhook Service answers to. */}}

@@ -31,12 +31,14 @@ from queue_controller.kube.kinds.base import (
 )
 from queue_controller.kube.kinds.ray.clusterspec import (
     API_VERSION,
+    cluster_annotations,
     cluster_pod_sets,
     cluster_pod_specs,
     gated_cluster_spec,
     made_by_ray,
     pod_set_of,
 )
+from queue_controller.kube.kinds.runtime import NO_ASK, runtime_ask
 from queue_controller.kube.resources import Resource
 from queue_controller.kube.views import MemberPod, Patch, Write
 
@@ -96,10 +98,23 @@ class RayClusterKind:
             lambda: cluster_pod_sets(get(head, "spec", dict, {}), "spec"), no_sets, errors
         )
         total = sum(s.count for s in pod_sets)
+        # A cluster runs until it is deleted: only an annotation says how long.
+        runtime = read_or(
+            lambda: runtime_ask(
+                annotations=(
+                    *cluster_annotations(get(head, "spec", dict, {}), "spec"),
+                    ("metadata.annotations", strings(head, "metadata.annotations")),
+                ),
+                labels=labels,
+            ),
+            NO_ASK,
+            errors,
+        )
         facts = KindFacts(
             queue=queue_name(labels),
             pod_sets=tuple(pod_sets),
             held=held,
+            runtime=runtime,
             finished=False,  # a cluster runs until it is deleted
             uncreated_members=max(0, total - sum(p.made for p in members)),
             spec_error=errors[0] if errors else "",

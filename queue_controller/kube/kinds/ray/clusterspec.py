@@ -79,6 +79,21 @@ def _count(group: Obj, path: str) -> int:
     return (high if low > high else min(max(replicas, low), high)) * hosts
 
 
+def cluster_annotations(spec: Obj, where: str) -> list[tuple[str, dict[str, str]]]:
+    """Each group's pod template annotations, the head's first, with their field paths
+    (for the runtime annotation: kinds/runtime.py); InputError naming one that is not a
+    map of strings."""
+    groups: list[tuple[str, Obj]] = [(f"{where}.headGroupSpec", raw_mapping(spec, "headGroupSpec"))]
+    workers = spec.get("workerGroupSpecs")
+    for index, group in enumerate(workers if isinstance(workers, list) else []):
+        if isinstance(group, Mapping):
+            groups.append((f"{where}.workerGroupSpecs[{index}]", group))
+    return [
+        (f"{path}.template.metadata.annotations", strings(group, "template.metadata.annotations"))
+        for path, group in groups
+    ]
+
+
 def template_pod_set(
     name: str, holder: Obj, path: str, count: int, extra: Obj | None = None
 ) -> PodSet:

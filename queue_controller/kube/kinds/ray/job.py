@@ -48,6 +48,7 @@ from queue_controller.kube.kinds.base import (
 from queue_controller.kube.kinds.managed import raw_mapping
 from queue_controller.kube.kinds.ray.clusterspec import (
     API_VERSION,
+    cluster_annotations,
     cluster_pod_sets,
     cluster_pod_specs,
     gated_cluster_spec,
@@ -56,6 +57,7 @@ from queue_controller.kube.kinds.ray.clusterspec import (
     pod_set_of,
     template_pod_set,
 )
+from queue_controller.kube.kinds.runtime import NO_ASK, runtime_ask
 from queue_controller.kube.resources import Resource
 from queue_controller.kube.views import MemberPod, Patch, Write
 
@@ -149,10 +151,26 @@ class RayJobKind:
         finished = state in FINISHED
         outcome = read_or(lambda: get(head, "status.jobStatus", str, ""), "", errors)
         total = sum(s.count for s in pod_sets)
+        spec = raw_mapping(head, "spec")
+        runtime = read_or(
+            lambda: runtime_ask(
+                annotations=(
+                    *cluster_annotations(
+                        raw_mapping(spec, "rayClusterSpec"), "spec.rayClusterSpec"
+                    ),
+                    ("metadata.annotations", strings(head, "metadata.annotations")),
+                ),
+                deadlines=(("spec.activeDeadlineSeconds", spec.get("activeDeadlineSeconds")),),
+                labels=labels,
+            ),
+            NO_ASK,
+            errors,
+        )
         facts = KindFacts(
             queue=queue_name(labels),
             pod_sets=pod_sets,
             held=held,
+            runtime=runtime,
             finished=finished,
             succeeded=finished and outcome == "SUCCEEDED",
             uncreated_members=0 if finished else max(0, total - sum(p.made for p in members)),
