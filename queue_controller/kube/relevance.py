@@ -8,7 +8,9 @@ Most watch events at scale change nothing a cycle reads:
 * the Job controller writes a Job's pod counts (``active``, ``ready``, ``succeeded``,
   ``uncountedTerminatedPods``) as each member comes and goes, while a Job is read
   only for its ``Complete`` and ``Failed`` conditions;
-* a kubelet's container statuses, which the controller does not even hold of a pod.
+* a kubelet's container statuses, which the controller does not even hold of a pod;
+* a PodGroup's ``status.eta``, which the forecast writes every ``--eta-interval`` and
+  no cycle reads.
 
 Such an object is still held at its new version, and the next cycle, which runs for
 another reason or at the tick, reads it there (a Node whose heartbeat alone moved keeps
@@ -31,6 +33,8 @@ Obj = Mapping[str, Any]
 _WRITE_STAMPS = ("resourceVersion", "managedFields")
 # Condition fields that move with time alone (a heartbeat); the state is what counts.
 _BEAT_STAMPS = ("lastHeartbeatTime",)
+# PodGroup status that no cycle reads: the forecast's estimated start.
+_UNREAD_PODGROUP_STATUS = frozenset({"eta"})
 
 
 def as_a_cycle_reads(obj: Obj) -> tuple[Any, ...]:
@@ -48,6 +52,8 @@ def as_a_cycle_reads(obj: Obj) -> tuple[Any, ...]:
             status = {k: v for k, v in status.items() if k in head.status_read}
         elif kind == "Node":
             status = _without_beats(status)
+        elif kind == "PodGroup":
+            status = {k: v for k, v in status.items() if k not in _UNREAD_PODGROUP_STATUS}
     # Anything else (spec, data, a CRD's top-level fields) counts whole.  Keys that begin
     # with "_" are the state's own marks (kube/memo.CYCLE_VERSION), never the API's.
     rest = {

@@ -207,3 +207,11 @@ def test_every_head_kind_says_which_status_fields_it_reads() -> None:
         assert isinstance(kind.status_read, frozenset)
         if kind.head is None:
             assert kind.status_read == frozenset()
+
+
+def test_a_pod_groups_eta_wakes_no_cycle_but_its_reason_does() -> None:
+    state = holding(group("train", phase="Pending"))
+    estimated = newer(group("train", phase="Pending"), 30, eta={"start": "2026-12-04T11:00:00Z"})
+    assert not woke(state, estimated)
+    reserved = newer(estimated, 31, reservedStart="2026-12-04T11:00:00Z")
+    assert woke(state, reserved)

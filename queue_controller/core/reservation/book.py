@@ -33,7 +33,7 @@ from queue_controller.core.model.objects import (
 )
 from queue_controller.core.placement.shapes import Placer, SetShape
 from queue_controller.core.reservation.choose import Occupant, PlacerFactory, Usage, choose
-from queue_controller.core.rules.durations import duration_text, instant_text
+from queue_controller.core.rules.durations import instant_text
 from queue_controller.core.rules.prepared import Prepared
 
 # New reservations tried in one cycle: each builds a few placers over every node, and
@@ -289,8 +289,8 @@ class ReservationBook:
         nodes = sorted(reservation.nodes)
         shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
         if reservation.start > self.now:
-            wait = duration_text(reservation.start - self.now)
-            when = f"from {instant_text(reservation.start)} (in {wait})"
+            # No "in 12m": a message that changed with the clock would be written each cycle.
+            when = f"from {instant_text(reservation.start)}"
         else:
             when = (
                 f"since {instant_text(reservation.start)}, waiting for the gangs there to end "
