@@ -64,6 +64,7 @@ class Demo:
             f"  export KUBECONFIG={kubeconfig} PATH={self.cluster.layout.bin_dir}:$PATH\n"
             "  kubectl get podgroups,queues -A; kubectl get teamquotas\n"
             "  kubectl describe podgroup -n research pretrain-llm\n"
+            f"  .venv/bin/queue-controller eta -A --kubeconfig {kubeconfig}\n"
             "  kubectl get pytorchjobs -n research; "
             "kubectl describe podgroup -n research pytorchjob-ddp-resnet\n"
             "  kubectl get rayjobs,rayclusters -n research; "
@@ -187,3 +188,24 @@ class Demo:
             watcher.wait(timeout=5)
         self.report("")
         self.report(self.cluster.kubectl("get", "podgroups", "-A"))
+        self._eta()
+
+    def _eta(self) -> None:
+        """When each gang still waiting should start: ``queue-controller eta -A``."""
+        self.report("\nqueue-controller eta -A\n")
+        shown = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "queue_controller",
+                "eta",
+                "-A",
+                "--kubeconfig",
+                str(self.cluster.layout.kubeconfig),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        self.report((shown.stdout or shown.stderr).rstrip())
