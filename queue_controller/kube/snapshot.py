@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 
 from queue_controller.core.model import (
@@ -33,7 +33,6 @@ from queue_controller.core.model import (
     Snapshot,
     TeamQuota,
     Topology,
-    Workload,
 )
 from queue_controller.core.reservation import DEFAULT_MIN_HISTORY
 from queue_controller.errors import InputError, InvalidSpecError, UnreadableObject, plain
@@ -49,10 +48,11 @@ from queue_controller.kube.gangs import (
     workload_of,
 )
 from queue_controller.kube.kinds import KindGang, WorkloadKind
-from queue_controller.kube.kinds.runtime import RuntimeHistory, estimate
+from queue_controller.kube.kinds.runtime import RuntimeHistory
 from queue_controller.kube.memo import TranslationMemo, key_of
 from queue_controller.kube.pieces import PodPiece, read_head, read_node, read_pod
 from queue_controller.kube.resources import COHORT, FIELD_MANAGER, POD_GROUP, QUEUE, TEAM_QUOTA
+from queue_controller.kube.runtimes import Runtimes
 from queue_controller.kube.unread import Unread, broken_gang, left_out
 from queue_controller.kube.views import MemberPod, Ref, ref_of
 
@@ -287,7 +287,7 @@ def translate(
     queues = {(q.model.namespace, q.model.name): q.model for q in collected.queues}
     index = GroupIndex(collected.groups)
     members = _claim_members(collected.pods)
-    runtimes = _Runtimes(history if history is not None else {}, min_history)
+    runtimes = Runtimes(history if history is not None else {}, min_history)
     gangs = _gangs(collected, members, index, queues, fail, memo, runtimes)
 
     def fail_pod(item: Located, error: InputError) -> None:
@@ -366,7 +366,7 @@ def _gangs(
     queues: dict[tuple[str, str], Queue],
     fail: Skip,
     memo: TranslationMemo,
-    runtimes: _Runtimes,
+    runtimes: Runtimes,
 ) -> list[GangView]:
     out: list[GangView] = []
     for kind in kinds.KINDS:
@@ -413,7 +413,7 @@ def _view(
     where: Callable[[], str],
     fail: Skip,
     memo: TranslationMemo,
-    runtimes: _Runtimes,
+    runtimes: Runtimes,
 ) -> GangView | None:
     members = tuple(pods)
     key = (kind.name, namespace, name)
@@ -462,32 +462,6 @@ def _view(
         group=group,
         queue=queues.get((namespace, gang.facts.queue)),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _Runtimes:
-    """Each gang's runtime estimate, from what it asks and the journal's history."""
-
-    history: RuntimeHistory
-    min_history: int
-
-    def of(self, gang: KindGang, workload: Workload, memo: TranslationMemo) -> Workload:
-        """``workload`` with its estimate: made once per workload and history (the
-        history is refreshed every few minutes, not per cycle)."""
-        ask = gang.facts.runtime
-
-        def made() -> Workload:
-            found = estimate(
-                ask,
-                namespace=workload.namespace,
-                queue=workload.queue,
-                name=workload.name,
-                history=self.history,
-                min_history=self.min_history,
-            )
-            return replace(workload, runtime=found)
-
-        return memo.derived(workload, (self.history, self.min_history), made)
 
 
 def _where(item: Located) -> Callable[[], str]:
