@@ -21,10 +21,12 @@ import asyncio
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import WorkloadPhase
 from queue_controller.kube import gateway as gw
@@ -102,8 +104,10 @@ class EtaWriter:
         horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
         max_cycles: int = DEFAULT_MAX_CYCLES,
         creation_backlog: int | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.gateway = gateway
+        self.metrics = metrics
         self.state = state
         self.leading = leading
         self.clock = clock
@@ -166,6 +170,8 @@ class EtaWriter:
             self.state.upsert(updated)
             done += 1
         self.refreshes += 1
+        if self.metrics is not None:
+            self.metrics.forecast.observe(time.perf_counter() - started)
         log.debug(
             "estimated starts: %d writes of %d planned in %.3fs",
             done,
@@ -183,4 +189,11 @@ class EtaWriter:
             creation_backlog=self.creation_backlog,
         )
         etas = {eta.workload: eta for eta in result.etas}
+        if self.metrics is not None:
+            queue_of = {gang.key: gang.workload.queue for gang in seen.gangs}
+            counts: Counter[tuple[str, str]] = Counter(
+                (f"{key.split('/')[1]}/{queue_of.get(key, '')}", eta.reason.value)
+                for key, eta in etas.items()
+            )
+            self.metrics.set_estimated(counts)
         return changes(seen.gangs, etas, now=now, tolerance=max(self.interval, 1.0))

@@ -196,6 +196,19 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        self.forecast = Histogram(
+            p + "eta_forecast_seconds",
+            "How long one forecast of every pending gang's start took (--eta-interval).",
+            buckets=_CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.estimated_gangs = Gauge(
+            p + "estimated_gangs",
+            "Pending gangs by the reason of their estimated start (status.eta.reason): "
+            "Estimated, NoRuntimeEstimates, BlockedByQuota, ...",
+            ["queue", "reason"],
+            registry=r,
+        )
         self.journal_up = Gauge(
             p + "journal_up", "1 while the decision journal accepts writes.", registry=r
         )
@@ -262,6 +275,12 @@ class Metrics:
         self.reservations.clear()
         for queue, count in held.items():
             self.reservations.labels(queue).set(count)
+
+    def set_estimated(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Replace the estimated-gangs gauge with the latest forecast's (queue, reason)."""
+        self.estimated_gangs.clear()
+        for (queue, reason), count in counts.items():
+            self.estimated_gangs.labels(queue, reason).set(count)
 
     def set_left_out(self, counts: Mapping[str, int]) -> None:
         """Replace the left-out gauge: a kind with nothing left out any more drops out."""

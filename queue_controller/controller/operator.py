@@ -234,6 +234,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
                 leading=lambda: leadership.leading,
                 interval_seconds=settings.eta_interval_seconds,
                 creation_backlog=settings.creation_backlog_pods or None,
+                metrics=metrics,
             )
             scheduling.translated = etas.offer
             tasks.append(asyncio.create_task(etas.run(stop)))

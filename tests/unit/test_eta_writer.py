@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import replace
 
 from queue_controller.controller.eta import EtaWriter
@@ -139,3 +140,29 @@ def _with_groups(seen: Translation, groups: list[dict[str, object] | None]) -> T
             gang = replace(gang, group=replace(group, model=model))
         gangs.append(gang)
     return replace(seen, gangs=tuple(gangs))
+
+
+def test_the_forecast_is_timed_and_its_reasons_counted_by_queue() -> None:
+    from queue_controller.controller.metrics import Metrics
+
+    seen, objects = translation(None)
+    gateway, state, metrics = FakeGateway(*objects), ClusterState(), Metrics()
+    etas = EtaWriter(
+        gateway=gateway, state=state, leading=lambda: True, clock=lambda: NOW, metrics=metrics
+    )
+    etas.offer(seen)
+    asyncio.run(etas.refresh())
+    registry = metrics.registry
+    assert registry.get_sample_value("queue_controller_eta_forecast_seconds_count") == 1
+    pending = Counter(
+        (f"{g.namespace}/{g.workload.queue}", "NoRuntimeEstimates")
+        for g in seen.gangs
+        if g.workload.phase is WorkloadPhase.PENDING
+    )
+    unknown = {
+        key: registry.get_sample_value(
+            "queue_controller_estimated_gangs", {"queue": key[0], "reason": key[1]}
+        )
+        for key in pending
+    }
+    assert any(value for value in unknown.values())
