@@ -40,10 +40,18 @@ def _source_text(eta: Eta) -> str:
     return f"{runtime.source.value}, runs {duration_text(runtime.seconds)}"
 
 
-def _waits_text(eta: Eta) -> str:
+def _waits_text(eta: Eta, *, most: int = 3) -> str:
+    """What it waits for now (the cycle's reason and message), and the gangs whose ends
+    free its room; the forecast's own message is in ``-o json``."""
     now = eta.waits_for
-    current = f"{now.reason.value}: {now.message}" if now is not None else ""
-    return f"{current}. ETA: {eta.message}" if current else eta.message
+    if now is None:
+        return eta.message
+    current = f"{now.reason.value}: {now.message}"
+    if not eta.after:
+        return current
+    names = [key.split("/", 1)[1] for key in eta.after[:most]]
+    more = f" and {len(eta.after) - most} more" if len(eta.after) > most else ""
+    return f"{current}; room frees as {', '.join(names)}{more} end"
 
 
 def etas_table(result: Forecast, etas: Sequence[Eta], console: Console | None = None) -> None:

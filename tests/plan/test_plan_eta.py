@@ -27,12 +27,12 @@ def test_plan_eta_json_gives_every_pending_gang_an_estimate_or_a_reason() -> Non
     assert etas["research/no-limits"]["reason"] == "Invalid"
     assert etas["research/typo"]["reason"] == "Blocked"
     assert etas["research/typo"]["waitsFor"]["reason"] == "QueueNotFound"
-    # The bundled example's running gangs carry no runtime estimate: those behind them
-    # say so, naming them.
+    # The bundled example's running prod/train-resnet declares an hour (and has no
+    # admittedAt: it is taken as started now), and train-bert needs its GPUs.
     bert = etas["prod/train-bert"]
-    assert bert["reason"] == "NoRuntimeEstimates"
-    assert bert["estimatedStart"] is None
-    assert bert["after"]
+    assert bert["reason"] == "Estimated"
+    assert bert["inSeconds"] == 3600
+    assert bert["after"] == ["prod/train-resnet"]
 
 
 def test_plan_eta_table_follows_the_decisions() -> None:
