@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from queue_controller.controller.loop import SchedulingLoop
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
@@ -301,3 +303,60 @@ def test_admission_at_the_reserved_start_clears_the_reservation() -> None:
     assert held["placement"] == {"n0": 1, "n1": 1, "n2": 1, "n3": 1}
     for name in ("reservedPlacement", "reservedStart", "reservationMadeAt", "noFitSince"):
         assert name not in held
+
+
+def finish_running(fake: FakeGateway) -> None:
+    """r0..r2 end, as their estimates said."""
+    for name in ("r0", "r1", "r2"):
+        for kind, item in (("Pod", f"{name}-0"), ("Job", name)):
+            held = fake.held(kind, "ns", item)
+            assert held is not None
+            if kind == "Pod":
+                fake.update(held | {"status": {"phase": "Succeeded"}})
+            else:
+                done = {"conditions": [{"type": "Complete", "status": "True"}]}
+                fake.update(held | {"status": done})
+
+
+@pytest.mark.parametrize("overrun", ["Wait", "Preempt"])
+def test_a_backfill_that_overruns_is_waited_for_or_evicted(overrun: str) -> None:
+    fake = cluster(
+        *big(),
+        *gang("short", runtime=60, created_ago=100),
+        reservation={"afterSeconds": 300, "overrun": overrun},
+    )
+    now = [NOW]
+    controller = Controller(fake, now)
+    controller.cycle()
+    assert status(fake, "big")["reason"] == "Reserved"
+    assert status(fake, "short")["placement"] == {"n3": 1}
+    member = pod("short-0", node="n3", owner="short")
+    member["spec"]["containers"][0]["resources"] = {"limits": {GPU: 8}}
+    fake.seed(member)  # the Job controller makes its pod, and it runs
+    # The reserved start comes: the gangs that were running end as estimated, but the
+    # backfilled one, estimated at a minute, still runs on n3.
+    finish_running(fake)
+    now[0] += 300
+    controller.cycle()
+    held = status(fake, "big")
+    short = fake.held("Job", "ns", "short")
+    assert short is not None
+    if overrun == "Wait":
+        assert held["reason"] == "Reserved"
+        assert "overrun: Wait" in held["message"]
+        assert short["spec"]["suspend"] is False
+        return
+    assert held["reason"] == "Preempting"
+    assert held["nominatedPlacement"] == {"main": {"n0": 1, "n1": 1, "n2": 1, "n3": 1}}
+    for name in ("reservedPlacement", "reservedStart"):
+        assert name not in held
+    assert short["spec"]["suspend"] is True  # evicted: the Job is suspended again
+    evicted = status(fake, "short")
+    assert evicted["reason"] == "Preempted"  # as every preemption's victims are
+    assert "ns/big" in evicted["message"]
+    assert (
+        controller.sample(
+            "queue_controller_preemptions_total", queue="ns/q", reason="ReservationOverrun"
+        )
+        == 1
+    )
