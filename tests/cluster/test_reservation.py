@@ -7,7 +7,7 @@ past, gets a reservation: the 4 nodes, named, and the start the runtimes promise
 short gang that ends a margin before that start backfills onto a reserved node the
 moment one frees (Admitted, a ``Backfilled`` event); a long one does not (NoNodeFit,
 told which reservation holds the nodes).  The big gang is admitted by its reserved
-start, within a cycle tick or two.
+start, within a cycle tick.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def test_a_starving_big_gang_is_reserved_for_and_backfilled_around(
         timeout=start - datetime.now().timestamp() + 60,
         what="the big gang admitted",
     )
-    assert seconds(admitted["status"]["admittedAt"]) <= start + 2 * TICK + 2
+    # Within a tick (admittedAt is written to the second: one more for its rounding).
+    assert seconds(admitted["status"]["admittedAt"]) <= start + TICK + 1
     assert "reservedPlacement" not in admitted["status"]
     assert sorted(admitted["status"]["placement"]) == NODES
     still = objects.pod_group("long")
