@@ -82,7 +82,8 @@ def test_a_starving_big_gang_is_reserved_for_and_backfilled_around(
         )
     create(cluster, namespace, gang("big", pods=4, nodes=NODES, runtime=60, runs_for="1h"))
     reserved = eventually(
-        lambda: (g := objects.pod_group("big")) and g["status"].get("reason") == "Reserved" and g,
+        # The PodGroup is created before its status is written: read the reason safely.
+        lambda: objects.reason("big") == "Reserved" and objects.pod_group("big"),
         timeout=60,
         what="the big gang reserved",
     )
@@ -115,9 +116,10 @@ def test_a_starving_big_gang_is_reserved_for_and_backfilled_around(
         what="the Backfilled event",
     )
     assert f"{namespace}/big" in backfilled[0]
-    long = objects.pod_group("long")
-    assert long is not None
-    assert long["status"]["reason"] == "NoNodeFit"
+    long = eventually(
+        lambda: objects.reason("long") == "NoNodeFit" and objects.pod_group("long"),
+        what="the long gang refused",
+    )
     assert f"reserved for {namespace}/big" in long["status"]["message"]
 
     # The big gang starts at its reserved time (or before, if the room frees sooner).

@@ -24,7 +24,7 @@ from queue_controller.core import (
     RuntimeSource,
 )
 from queue_controller.sim.engine.compare import runs, simulate
-from queue_controller.sim.engine.reserving import estimate, with_reservation
+from queue_controller.sim.engine.reserving import estimate, eta_sample, with_reservation
 from queue_controller.sim.engine.run import PolicyRun
 from queue_controller.sim.measurement.results import PolicyResult, ReservationFigures
 from queue_controller.sim.report.render import report_json, report_markdown
@@ -84,6 +84,8 @@ def test_a_starving_big_gang_starts_earlier_with_reservation() -> None:
     assert on_figures.eta_gangs >= 1
     assert on_figures.eta_median_relative_error is not None
     assert on_figures.eta_median_relative_error <= 0.25
+    assert on_figures.reservation_start_gangs >= 1  # the big gang's reservation
+    assert on_figures.reservation_start_median_relative_error is not None
     # Every gang still ran.
     assert on.jobs_completed == off.jobs_completed == len(starving().jobs)
 
@@ -199,5 +201,87 @@ def test_the_cli_runs_reservation_compare(tmp_path: Path) -> None:
         "overruns",
         "eta_median_relative_error",
         "eta_gangs",
+        "eta_sampled_gangs",
+        "eta_unknown",
+        "reservation_start_median_relative_error",
     }
+    assert 1 <= block["on"]["eta_sampled_gangs"] <= 40
     assert (out / "reservation-waits.png").is_file()
+
+
+def test_the_eta_error_is_the_forecast_on_arrival_against_the_admission() -> None:
+    """One 8-GPU node.  ``first`` arrives at 0, is admitted at the tick at 10 and runs
+    until 100 (zero delays, exact estimates).  ``waiter`` arrives at 12; its first cycle
+    is the tick at 20, and the forecast from that cycle's snapshot ends ``first`` at
+    10 + 90 = 100 and admits ``waiter`` then.  The run frees the node at 100 and its
+    next cycle admits ``waiter`` at 110: a cycle comes on the period *after* an event,
+    so the estimate is short by up to one cycle period (10 s; bind and start delays
+    would add theirs, zero here).  Error: 10 / (110 - 12).  Reservation comes after an
+    hour of NoNodeFit, never here: the measure owes nothing to reservations.
+    """
+    scene = with_reservation(
+        scenario(
+            [node("n1", 8)],
+            [
+                job("first", arrival=0, pods=1, gpus=8, duration=90),
+                job("waiter", arrival=12, pods=1, gpus=8, duration=50),
+            ],
+        ),
+        ReservationPolicy(after_seconds=3600),
+    )
+    run = PolicyRun(
+        "gang-fit+reservation",
+        scene,
+        policy=INSTANT,
+        plan=FaultPlan.draw(scene, Faults(), 1),
+        eta_samples=1,  # of 2 gangs, every 2nd: the waiter
+    )
+    run.run()
+    meter = run.reservations
+    assert meter is not None
+    assert meter.eta == {"team/waiter": (100.0, "Estimated")}
+    assert meter.eta_at == {"team/waiter": 20.0}
+    assert meter.eta_started == {"team/waiter": 110.0}
+    counted = figures(run.result(wall_seconds=0.0))
+    assert counted.eta_sampled_gangs == 1
+    assert counted.eta_gangs == 1
+    assert counted.eta_unknown == 0
+    assert counted.eta_first_cycle_gangs == 0
+    assert counted.eta_median_relative_error == round(10 / 98, 4)
+    assert counted.eta_median_relative_error_waited == counted.eta_median_relative_error
+    assert counted.reservations == 0
+    assert counted.reservation_start_gangs == 0
+    assert counted.reservation_start_median_relative_error is None
+
+
+def test_a_gang_admitted_by_its_first_cycle_is_exact_and_counted_apart() -> None:
+    scene = with_reservation(
+        scenario([node("n1", 8)], [job("alone", arrival=3, pods=1, gpus=8, duration=90)]),
+        RESERVE,
+    )
+    run = PolicyRun(
+        "gang-fit+reservation", scene, policy=INSTANT, plan=FaultPlan.draw(scene, Faults(), 1)
+    )
+    run.run()
+    counted = figures(run.result(wall_seconds=0.0))
+    # Forecast from the tick at 10, admitted there: wait 7 s, error 0.
+    assert (counted.eta_gangs, counted.eta_first_cycle_gangs) == (1, 1)
+    assert counted.eta_median_relative_error == 0.0
+    assert counted.eta_median_relative_error_waited is None
+
+
+def test_the_eta_sample_is_every_kth_arrival() -> None:
+    scene = with_reservation(starving(), RESERVE)
+    run = PolicyRun(
+        "gang-fit+reservation", scene, policy=INSTANT, plan=FaultPlan.draw(scene, Faults(), 1)
+    )
+    ordered = sorted(run.jobs, key=lambda j: (j.spec.arrival, j.key))
+    assert len(ordered) == 123
+    sample = eta_sample(run.jobs, samples=40)
+    assert sample == {j.key for j in ordered[3::4]}  # k = ceil(123 / 40) = 4
+    assert len(sample) == 30
+    assert run.eta_sample == sample
+    assert eta_sample(run.jobs, samples=0) == frozenset()
+    assert len(eta_sample(run.jobs, samples=500)) == 123
+    off = PolicyRun("gang-fit", starving(), policy=INSTANT, plan=FaultPlan.draw(scene, Faults(), 1))
+    assert off.eta_sample == frozenset()  # no reservation, no runtime estimates: no sample

@@ -200,19 +200,8 @@ class Admission:
 
     def cycle(self, pending: Mapping[str, JobState], *, now: float) -> tuple[Decision, ...]:
         """Run the core over the admitted gangs and the pending ones worth deciding."""
-        self._worth = {}
-        self._preempts = {}
-        eligible = [
-            job
-            for job in pending.values()
-            if job.phase is Phase.PENDING and (job.requeue_at is None or job.requeue_at <= now)
-        ]
-        candidates = [
-            job for job in eligible if self._may_preempt(job) or self._worth_deciding(job)
-        ]
+        eligible, candidates = self._candidates(pending, now)
         self.freed_nodes, self.quota_back, self.fresh = set(), set(), {}
-        if not self.exhaustive:
-            candidates = self._within_quota(candidates)
         if not candidates:
             return ()
         result = self._schedule(candidates, now)
@@ -225,6 +214,33 @@ class Admission:
         self._held_nominal(result.decisions, pending)
         self._sampled(result.queue_usage)
         return result.decisions
+
+    def snapshot(self, pending: Mapping[str, JobState], *, now: float) -> Snapshot:
+        """The snapshot a cycle run at ``now`` would show the core; nothing changes.
+
+        The ETA sample (``sim.engine.reserving``) forecasts from it, so that an
+        estimate starts from exactly what admission decides over.
+        """
+        _, candidates = self._candidates(pending, now)
+        return self._snapshot(candidates, now)
+
+    def _candidates(
+        self, pending: Mapping[str, JobState], now: float
+    ) -> tuple[list[JobState], list[JobState]]:
+        """The gangs eligible now, and of them those worth showing the core."""
+        self._worth = {}
+        self._preempts = {}
+        eligible = [
+            job
+            for job in pending.values()
+            if job.phase is Phase.PENDING and (job.requeue_at is None or job.requeue_at <= now)
+        ]
+        candidates = [
+            job for job in eligible if self._may_preempt(job) or self._worth_deciding(job)
+        ]
+        if not self.exhaustive:
+            candidates = self._within_quota(candidates)
+        return eligible, candidates
 
     def _sampled(self, usage: Mapping[QueueKey, QueueUsage]) -> None:
         """Carry each Queue's decayed usage to the next cycle, as its status would."""
@@ -252,6 +268,9 @@ class Admission:
                 self.quota_back.update((cohort, resource) for resource in job.request)
 
     def _schedule(self, candidates: list[JobState], now: float) -> CycleResult:
+        return schedule(self._snapshot(candidates, now), placer=self.placer)
+
+    def _snapshot(self, candidates: list[JobState], now: float) -> Snapshot:
         usage = self.book.usage()
         if self.victim_teams or self.reserving:
             owned = (p for job in self.unsettled.values() if job.alone for p in job.core_pods())
@@ -278,7 +297,7 @@ class Admission:
                 claim_templates=dra.claim_templates,
                 resource_claims=self.book.devices.claims(_claim_of),
             )
-        return schedule(snapshot, placer=self.placer)
+        return snapshot
 
     def arrived(self, job: JobState) -> None:
         if job.team:

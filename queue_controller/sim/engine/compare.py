@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 
 from queue_controller.core import Preemption, ReclaimPolicy, ReservationPolicy, WithinPolicy
-from queue_controller.sim.engine.reserving import with_reservation
+from queue_controller.sim.engine.reserving import DEFAULT_ETA_SAMPLES, with_reservation
 from queue_controller.sim.engine.run import PolicyRun, Progress, Record
 from queue_controller.sim.measurement.fluid import fluid_bound, saturated_allocation
 from queue_controller.sim.measurement.results import PolicyResult, SimulationReport
@@ -135,6 +135,7 @@ def simulate(
     reservation: str = "off",
     reservation_policy: ReservationPolicy | None = None,
     estimate_noise: float = 0.0,
+    eta_samples: int = DEFAULT_ETA_SAMPLES,
 ) -> SimulationReport:
     """Replay ``scenario`` under each policy in ``compare`` and measure them side by side."""
     unknown = [name for name in compare if name not in POLICIES]
@@ -157,6 +158,7 @@ def simulate(
             exhaustive=exhaustive,
             estimate_noise=estimate_noise,
             seed=seed,
+            eta_samples=eta_samples,
         )
         run.run()
         result = run.result(wall_seconds=time.perf_counter() - started)

@@ -20,7 +20,13 @@ from queue_controller.sim.engine.admission import Admission
 from queue_controller.sim.engine.binding import Binding
 from queue_controller.sim.engine.nodefaults import NodeFaults
 from queue_controller.sim.engine.preempting import Preempting
-from queue_controller.sim.engine.reserving import Reserving, estimate, reserving
+from queue_controller.sim.engine.reserving import (
+    DEFAULT_ETA_SAMPLES,
+    Reserving,
+    estimate,
+    eta_sample,
+    reserving,
+)
 from queue_controller.sim.measurement.domainmeter import DomainMeter
 from queue_controller.sim.measurement.measure import Meters
 from queue_controller.sim.measurement.outcome import journal_entry, policy_result
@@ -58,6 +64,7 @@ class PolicyRun(Binding, Preempting, NodeFaults, Reserving):
         exhaustive: bool = False,
         estimate_noise: float = 0.0,
         seed: int = 0,
+        eta_samples: int = DEFAULT_ETA_SAMPLES,
     ) -> None:
         self.name = name
         # "gang-fit+preemption" runs gang-fit (over quotas with preemption on).
@@ -105,6 +112,10 @@ class PolicyRun(Binding, Preempting, NodeFaults, Reserving):
                 job.runtime = estimate(job.spec, noise=estimate_noise, seed=seed)
         self.reservations = (
             ReservationMeter(reserving=self.reserving) if self.kind == "gang-fit" else None
+        )
+        # The gangs whose estimated start is forecast on arrival (.reserving).
+        self.eta_sample = (
+            eta_sample(self.jobs, samples=eta_samples) if self.reserving else frozenset()
         )
         self._preemption_init()
         self.reclaim = ReclaimClock(scenario.quotas)
@@ -195,6 +206,7 @@ class PolicyRun(Binding, Preempting, NodeFaults, Reserving):
             self.admission.fresh[job.key] = job
             self.dirty = True
             self._wake()
+            self._forecast_arrival(job)
             return
         if job.error or not job.request:
             self._invalid(job, job.error or "no usable request")

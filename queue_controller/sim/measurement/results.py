@@ -95,8 +95,18 @@ class ReservationFigures:
     overruns: int  # reservations overrun by a backfilled gang, plus overrun preemptions
     overrun_preemptions: int
     late_reservations: int
+    # The forecast's estimated start on arrival against the actual one (a sample).
     eta_median_relative_error: float | None
-    eta_gangs: int
+    eta_gangs: int  # sampled gangs with an estimate, admitted after a wait
+    # The same without the gangs admitted by the cycle the forecast began at.
+    eta_median_relative_error_waited: float | None
+    eta_first_cycle_gangs: int
+    eta_sampled_gangs: int  # gangs forecast on arrival
+    eta_unknown: int  # of them, those the forecast gave no start
+    eta_unknown_reasons: dict[str, int]  # the forecast's reason -> how many
+    # The start of a gang's first reservation against the actual one.
+    reservation_start_median_relative_error: float | None
+    reservation_start_gangs: int
     large_waits: tuple[float, ...] = field(default=(), repr=False)  # seconds, for the plot
 
 

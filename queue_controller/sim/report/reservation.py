@@ -22,6 +22,11 @@ GANG_FIT = "gang-fit"
 WITH_RESERVATION = "gang-fit+reservation"
 RESERVATION_WAITS_PNG = "reservation-waits.png"
 ETA_GANGS = (
+    "a sample of arriving gangs (every k-th arrival, eta_sampled_gangs of them): the start "
+    "the forecast gave each on arrival against its admission, over those with a start that "
+    "were admitted after a wait"
+)
+RESERVATION_START_GANGS = (
     "gangs reserved at least once and admitted after a wait: the start of each one's "
     "first reservation against its admission"
 )
@@ -55,6 +60,15 @@ def _side(result: PolicyResult | None, *, with_eta: bool) -> dict[str, object] |
     if with_eta:
         out["eta_median_relative_error"] = figures.eta_median_relative_error
         out["eta_gangs"] = figures.eta_gangs
+        out["eta_median_relative_error_waited"] = figures.eta_median_relative_error_waited
+        out["eta_first_cycle_gangs"] = figures.eta_first_cycle_gangs
+        out["eta_sampled_gangs"] = figures.eta_sampled_gangs
+        out["eta_unknown"] = figures.eta_unknown
+        out["eta_unknown_reasons"] = figures.eta_unknown_reasons
+        out["reservation_start_median_relative_error"] = (
+            figures.reservation_start_median_relative_error
+        )
+        out["reservation_start_gangs"] = figures.reservation_start_gangs
     return out
 
 
@@ -78,6 +92,7 @@ def reservation_json(report: SimulationReport) -> dict[str, object] | None:
         "estimate_noise": report.estimate_noise,
         "large_gang_min_gpus": figures.large_gang_min_gpus,
         "eta_gangs": ETA_GANGS,
+        "reservation_start_gangs": RESERVATION_START_GANGS,
         "off": _side(off, with_eta=False),
         "on": _side(on, with_eta=True),
     }
@@ -110,7 +125,26 @@ def rows(report: SimulationReport) -> list[tuple[str, str, str]]:
         lambda r, f: (
             NONE
             if not f.reserving or f.eta_median_relative_error is None
-            else f"{f.eta_median_relative_error:.2f} ({count(f.eta_gangs)} gangs)"
+            else f"{f.eta_median_relative_error:.2f} ({count(f.eta_gangs)} of "
+            f"{count(f.eta_sampled_gangs)} sampled gangs, {count(f.eta_unknown)} unknown)"
+        ),
+    )
+    row(
+        "ETA median relative error, past the first cycle",
+        lambda r, f: (
+            NONE
+            if not f.reserving or f.eta_median_relative_error_waited is None
+            else f"{f.eta_median_relative_error_waited:.2f} "
+            f"({count(f.eta_gangs - f.eta_first_cycle_gangs)} gangs)"
+        ),
+    )
+    row(
+        "Reservation start median relative error",
+        lambda r, f: (
+            NONE
+            if not f.reserving or f.reservation_start_median_relative_error is None
+            else f"{f.reservation_start_median_relative_error:.2f} "
+            f"({count(f.reservation_start_gangs)} gangs)"
         ),
     )
     return out
