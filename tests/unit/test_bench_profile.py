@@ -45,3 +45,8 @@ def test_a_profiled_process_gives_cpu_profiles_and_its_memory_peak(tmp_path: Pat
     assert "busy.py:6 <module>" in top_site, "\n".join(lines)
     assert (tmp_path / profile.MEMORY_HTML).exists()
     assert (tmp_path / profile.MEMORY_PEAK).read_text().startswith("peak: ")
+    # Reports are committed: none names the folder it was written in, nor the checkout.
+    for name in (profile.CPU_SVG, profile.CPU_SPEEDSCOPE, profile.MEMORY_PEAK):
+        text = (tmp_path / name).read_text(errors="replace")
+        assert f"{tmp_path.resolve()}/" not in text, name
+        assert f"{profile.REPOSITORY}/" not in text, name

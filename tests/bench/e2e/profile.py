@@ -78,7 +78,24 @@ class CpuProfile:
                 process.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 process.kill()
-        return [p for p in (self.folder / CPU_SVG, self.folder / CPU_SPEEDSCOPE) if p.exists()]
+        written = [p for p in (self.folder / CPU_SVG, self.folder / CPU_SPEEDSCOPE) if p.exists()]
+        for path in written:
+            relative_paths(path, self.folder)
+        return written
+
+
+# The repository: profiles name its files, and their own folder, relative to it.
+REPOSITORY = Path(__file__).resolve().parents[3]
+
+
+def relative_paths(path: Path, folder: Path) -> None:
+    """Rewrite ``path`` so that it names no absolute path of this machine: its own folder
+    (py-spy writes its command line into the flame graph) and the repository (every
+    frame's file) become relative, as committed reports must be."""
+    text = path.read_text(errors="replace")
+    fixed = text.replace(f"{folder.resolve()}/", "").replace(f"{REPOSITORY}/", "")
+    if fixed != text:
+        path.write_text(fixed)
 
 
 def _alive(pid: int) -> bool:
@@ -149,4 +166,7 @@ def memory_report(folder: Path, top: int = 25) -> list[str]:
         lines.append(f"  {size / mib:8.1f} MiB in {count:,} allocations")
         lines += [f"      {path}:{line} {function}" for function, path, line in stack[:6]]
     (folder / MEMORY_PEAK).write_text("\n".join(lines) + "\n")
+    for path in (folder / MEMORY_PEAK, folder / MEMORY_HTML):
+        if path.exists():
+            relative_paths(path, folder)
     return lines
