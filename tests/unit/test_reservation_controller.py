@@ -155,6 +155,19 @@ def cluster(*objects: dict[str, Any], reservation: dict[str, Any] | None) -> Fak
     return FakeGateway(queue(reservation), TEAM, *nodes, *running(), *objects, clock=lambda: NOW)
 
 
+def finish_running(fake: FakeGateway) -> None:
+    """r0..r2 end, as their estimates said."""
+    for name in ("r0", "r1", "r2"):
+        for kind, item in (("Pod", f"{name}-0"), ("Job", name)):
+            held = fake.held(kind, "ns", item)
+            assert held is not None
+            if kind == "Pod":
+                fake.update(held | {"status": {"phase": "Succeeded"}})
+            else:
+                done = {"conditions": [{"type": "Complete", "status": "True"}]}
+                fake.update(held | {"status": done})
+
+
 def test_a_starving_head_is_reserved_the_nodes_that_free_soonest() -> None:
     fake = cluster(*big(), reservation={"afterSeconds": 300})
     controller = Controller(fake, [NOW])
@@ -287,15 +300,7 @@ def test_admission_at_the_reserved_start_clears_the_reservation() -> None:
     controller = Controller(fake, now)
     controller.cycle()
     assert status(fake, "big")["reason"] == "Reserved"
-    for name in ("r0", "r1", "r2"):  # they end, as estimated
-        for kind, item in (("Pod", f"{name}-0"), ("Job", name)):
-            held = fake.held(kind, "ns", item)
-            assert held is not None
-            if kind == "Pod":
-                fake.update(held | {"status": {"phase": "Succeeded"}})
-            else:
-                done = {"conditions": [{"type": "Complete", "status": "True"}]}
-                fake.update(held | {"status": done})
+    finish_running(fake)
     now[0] += 300
     controller.cycle()
     held = status(fake, "big")
@@ -303,19 +308,6 @@ def test_admission_at_the_reserved_start_clears_the_reservation() -> None:
     assert held["placement"] == {"n0": 1, "n1": 1, "n2": 1, "n3": 1}
     for name in ("reservedPlacement", "reservedStart", "reservationMadeAt", "noFitSince"):
         assert name not in held
-
-
-def finish_running(fake: FakeGateway) -> None:
-    """r0..r2 end, as their estimates said."""
-    for name in ("r0", "r1", "r2"):
-        for kind, item in (("Pod", f"{name}-0"), ("Job", name)):
-            held = fake.held(kind, "ns", item)
-            assert held is not None
-            if kind == "Pod":
-                fake.update(held | {"status": {"phase": "Succeeded"}})
-            else:
-                done = {"conditions": [{"type": "Complete", "status": "True"}]}
-                fake.update(held | {"status": done})
 
 
 @pytest.mark.parametrize("overrun", ["Wait", "Preempt"])
