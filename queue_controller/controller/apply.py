@@ -21,6 +21,7 @@ from queue_controller.controller.status import (
     Update,
     conditions_with,
     iso,
+    room_patch,
     topology_assignment,
     topology_domain,
 )
@@ -186,7 +187,7 @@ class Applier(Writer):
             "phase": "Pending",
             "reason": "Preempting",
             "message": action.message,
-            "nominatedPlacement": _replacing(group.status.nominatedPlacement, action.nominated),
+            "nominatedPlacement": room_patch(group.status.nominatedPlacement, action.nominated),
             "nominatedAt": iso(epoch_seconds(held) if held is not None else now),
             **action.fields,
             "conditions": conditions_with(
@@ -479,15 +480,3 @@ def _fair_figure(
         status["fairSharing"] = {"weightedShare": share}
     elif current.get("fairSharing") is not None:
         status["fairSharing"] = None  # fair sharing turned off: the figure goes
-
-
-def _replacing(
-    held: Mapping[str, Mapping[str, int]], wanted: Mapping[str, Mapping[str, int]]
-) -> dict[str, dict[str, int | None] | None]:
-    """A merge patch from ``held`` to ``wanted`` room: a merge patch merges maps, so the
-    pod sets and nodes of a room taken earlier that the new one lacks need explicit nulls."""
-    out: dict[str, dict[str, int | None] | None] = dict.fromkeys(held)
-    for pod_set, nodes in wanted.items():
-        gone: dict[str, int | None] = dict.fromkeys(held.get(pod_set, {}))
-        out[pod_set] = gone | dict(nodes)
-    return out

@@ -10,10 +10,8 @@ a merge patch (``None`` removes a field), so a gang whose state holds costs no w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from queue_controller.api.v1alpha1 import PodGroup
-from queue_controller.controller.status import iso
+from queue_controller.controller.status import iso, room_patch
 from queue_controller.core.model import Decision, Reason, Reservation, RuntimeEstimate
 from queue_controller.kube.fields import epoch_seconds
 
@@ -40,7 +38,7 @@ def pending_fields(
     if wanted is not None:
         if held is None or _as_status(wanted) != _as_status(held):
             out.update(_as_status(wanted))
-            out["reservedPlacement"] = _replacing(
+            out["reservedPlacement"] = room_patch(
                 status.reservedPlacement if status else {}, wanted.placement
             )
     elif _any_reservation(group):
@@ -122,14 +120,3 @@ def _runtime_changed(group: PodGroup | None, runtime: RuntimeEstimate) -> Fields
     if current == wanted:
         return {}
     return {"runtimeEstimate": wanted | {"seconds": wanted.get("seconds")}}
-
-
-def _replacing(
-    held: Mapping[str, Mapping[str, int]], wanted: Mapping[str, Mapping[str, int]]
-) -> dict[str, dict[str, int | None] | None]:
-    """A merge patch from ``held`` to ``wanted`` nodes: those the new one lacks get nulls."""
-    out: dict[str, dict[str, int | None] | None] = dict.fromkeys(held)
-    for pod_set, nodes in wanted.items():
-        gone: dict[str, int | None] = dict.fromkeys(held.get(pod_set, {}))
-        out[pod_set] = gone | dict(nodes)
-    return out

@@ -72,3 +72,16 @@ def topology_assignment(
         return None
     held = group.status.topologyAssignment if group is not None else {}
     return dict.fromkeys(held) | wanted
+
+
+def room_patch(
+    held: Mapping[str, Mapping[str, int]], wanted: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int | None] | None]:
+    """A merge patch from ``held`` to ``wanted`` room (pod set -> node -> members), as
+    nominatedPlacement and reservedPlacement hold it: a merge patch merges maps, so the
+    pod sets and nodes of a room taken earlier that the new one lacks need explicit nulls."""
+    out: dict[str, dict[str, int | None] | None] = dict.fromkeys(held)
+    for pod_set, nodes in wanted.items():
+        gone: dict[str, int | None] = dict.fromkeys(held.get(pod_set, {}))
+        out[pod_set] = gone | dict(nodes)
+    return out
