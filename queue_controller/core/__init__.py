@@ -32,7 +32,6 @@ from queue_controller.core.model.objects import (
     Node,
     NodeSelectorTerm,
     Ordering,
-    Overrun,
     PodClaim,
     PodSet,
     PodTemplate,
@@ -41,11 +40,7 @@ from queue_controller.core.model.objects import (
     Queue,
     ReclaimPolicy,
     RequeuePolicy,
-    Reservation,
-    ReservationPolicy,
     ResourceQuota,
-    RuntimeEstimate,
-    RuntimeSource,
     SelectorRequirement,
     Snapshot,
     Taint,
@@ -58,6 +53,13 @@ from queue_controller.core.model.objects import (
     Workload,
     WorkloadPhase,
     one_pod_set,
+)
+from queue_controller.core.model.reservations import (
+    Overrun,
+    Reservation,
+    ReservationPolicy,
+    RuntimeEstimate,
+    RuntimeSource,
 )
 from queue_controller.core.placement.fit import EquivalenceIndex
 from queue_controller.core.placement.podscan import PodByPodPlacer

@@ -38,7 +38,6 @@ from queue_controller.core.model.objects import (
     Node,
     NodeSelectorTerm,
     Ordering,
-    Overrun,
     PodClaim,
     PodSet,
     PodTemplate,
@@ -47,11 +46,7 @@ from queue_controller.core.model.objects import (
     Queue,
     ReclaimPolicy,
     RequeuePolicy,
-    Reservation,
-    ReservationPolicy,
     ResourceQuota,
-    RuntimeEstimate,
-    RuntimeSource,
     SelectorRequirement,
     Snapshot,
     Taint,
@@ -70,6 +65,13 @@ from queue_controller.core.model.quantity import (
     format_milli,
     parse_milli,
     parse_quantity,
+)
+from queue_controller.core.model.reservations import (
+    Overrun,
+    Reservation,
+    ReservationPolicy,
+    RuntimeEstimate,
+    RuntimeSource,
 )
 from queue_controller.core.model.resources import (
     CPU,

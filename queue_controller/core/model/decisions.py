@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from queue_controller.core.model.objects import Reservation, Workload
+    from queue_controller.core.model.objects import Workload
+    from queue_controller.core.model.reservations import Reservation
 from enum import StrEnum
 
 

@@ -26,10 +26,12 @@ from dataclasses import dataclass, field, replace
 from queue_controller.core.model.decisions import Decision, Reason, Verdict
 from queue_controller.core.model.objects import (
     Node,
-    Overrun,
     Queue,
-    Reservation,
     Workload,
+)
+from queue_controller.core.model.reservations import (
+    Overrun,
+    Reservation,
 )
 from queue_controller.core.placement.shapes import Placer, SetShape
 from queue_controller.core.reservation.choose import Occupant, PlacerFactory, Usage, choose

@@ -12,7 +12,7 @@ import re
 import statistics
 from collections.abc import Sequence
 
-from queue_controller.core.model.objects import RuntimeEstimate, RuntimeSource
+from queue_controller.core.model.reservations import RuntimeEstimate, RuntimeSource
 
 # Finished gangs needed before their median is trusted.
 DEFAULT_MIN_HISTORY = 3

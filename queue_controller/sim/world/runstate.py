@@ -17,7 +17,7 @@ from queue_controller.core import (
     one_pod_set,
 )
 from queue_controller.core.model import GPU, ONE, Reservation, RuntimeEstimate
-from queue_controller.core.model.objects import UNKNOWN_RUNTIME
+from queue_controller.core.model.reservations import UNKNOWN_RUNTIME
 from queue_controller.core.rules import pod_request
 from queue_controller.errors import InvalidSpecError
 from queue_controller.sim.scenario.dra import DraCluster
