@@ -3,8 +3,10 @@
 The bottom of the core: these modules import nothing of the core outside this
 package.  Inside it they look downward only: ``decisions`` names the objects,
 ``objects`` (the snapshot, workloads, nodes, quotas) names the DRA objects of
-``dra``, which check a device's version with ``kubecel``'s ``Semver``, and all
-of them count in ``quantity`` and ``resources``.
+``dra`` and the reservation vocabulary of ``reservations`` (a Queue's policy, a
+gang's runtime estimate, its reservation); the DRA objects check a device's
+version with ``kubecel``'s ``Semver``, and all of them count in ``quantity`` and
+``resources``.
 
 ``kubecel`` (the values and functions of Kubernetes' CEL library: quantities
 and semantic versions) sits here rather than in :mod:`..devices` because the
