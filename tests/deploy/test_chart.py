@@ -813,3 +813,15 @@ def test_every_namespace_is_an_exists_selector_and_a_bad_operator_is_refused() -
     )
     assert "managedJobsNamespaceSelector.matchExpressions" in error
     assert '"Gt"' in error
+
+
+def test_a_boolean_label_value_reaches_every_managed_selector_as_a_string() -> None:
+    """``managed: true`` in a values file is a YAML bool; a LabelSelector's values are strings,
+    so the API server would refuse the object that carried the bool."""
+    docs = render("managedJobsNamespaceSelector.matchLabels.managed=true")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "queue-controller-managed-namespaces")
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
+        "managed": "true"
+    }
+    for hook in default_webhooks(docs):
+        assert hook["namespaceSelector"]["matchLabels"] == {"managed": "true"}

@@ -36,8 +36,8 @@ TWO_COMMANDS = (
     "```sh\n"
     "make run    # a local GPU cluster + the controller: example gangs queued and admitted, "
     "watched live\n"
-    "make test   # everything: ruff, mypy --strict, import-linter, the docs, unit, PostgreSQL "
-    "and cluster tests\n"
+    "make test   # everything: ruff, mypy --strict, import-linter, the docs, unit, PostgreSQL, "
+    "cluster and image tests\n"
     "```\n"
 )
 

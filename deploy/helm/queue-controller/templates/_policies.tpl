@@ -49,9 +49,20 @@ metadata:
 spec:
   policyName: {{ $name }}
   validationActions: [Deny]
+  {{- /* matchLabels values as strings: `managed: true` in a values file is a bool in YAML,
+       and the API server wants a string (as in webhook.yaml). */}}
   {{- with $selector }}
   matchResources:
     namespaceSelector:
-      {{- toYaml . | nindent 6 }}
+      {{- with .matchLabels }}
+      matchLabels:
+        {{- range $key, $value := . }}
+        {{ $key | quote }}: {{ toString $value | quote }}
+        {{- end }}
+      {{- end }}
+      {{- with .matchExpressions }}
+      matchExpressions:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
   {{- end }}
 {{- end }}
