@@ -49,3 +49,15 @@ def test_plan_over_a_dump_keeps_gangs_inside_their_domains() -> None:
     assert unknown["decision"] == "Invalid"
     assert "'example.com/row' is not a level of Topology dc" in unknown["message"]
     assert "[queue-controller.io/topology-required]" in unknown["message"]
+
+
+def test_the_last_slice_takes_the_tightest_node_and_a_node_without_a_hostname_is_outside() -> None:
+    """Issue 29's two defects (tests/plan/dumps/topology-defects.yaml says how they showed)."""
+    sliced, needs_host, six_on_one = plan_json("topology-defects.yaml")
+    # Four slices of two fill r1-a; the fifth goes to r1-c, where exactly two GPUs are free,
+    # not to r1-b (6 free), which six-on-one needs whole.
+    assert sliced["placement"] == {"r1-a": 8, "r1-c": 2}
+    assert sliced["slices"]["main"][-1] == {"r1-c": 2}
+    assert (six_on_one["decision"], six_on_one["placement"]) == ("Admit", {"r1-b": 1})
+    # r2-stray has 8 GPUs free and the rack label, but no hostname label: outside Topology dc.
+    assert (needs_host["decision"], needs_host["reason"]) == ("Pending", "NoNodeFit")

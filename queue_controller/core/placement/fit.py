@@ -61,6 +61,7 @@ from queue_controller.core.placement.topology.domains import DomainPlacement, Do
 from queue_controller.core.placement.topology.domaintree import Skeleton, Totals
 from queue_controller.core.placement.topology.slices import placement_on
 from queue_controller.core.rules.nodes import exclusion
+from queue_controller.core.rules.topology import HOSTNAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +119,7 @@ class EquivalenceIndex:
         self._devices = BoundDims.bind(devices, self._dim_index) if devices else None
         # (placement, node) -> the devices a commit took, for its release to give back.
         self._taken: dict[tuple[int, str], list[int]] = {}
-        label_keys, by_name = referenced_node_fields(shapes, by_topology=by_topology)
+        label_keys, present_keys, by_name = referenced_node_fields(shapes, by_topology=by_topology)
         self._classes: list[NodeClass] = []
         by_key: dict[Hashable, NodeClass] = {}
         self._where: dict[str, tuple[NodeClass, FreeVector]] = {}
@@ -135,6 +136,7 @@ class EquivalenceIndex:
                 taints,
                 gpus_down,
                 tuple(map(node.labels.get, label_keys)),
+                tuple(key in node.labels for key in present_keys),
                 node.name if by_name else None,
                 alloc,
             )
@@ -267,10 +269,11 @@ class EquivalenceIndex:
         assert ask is not None
         search = self._searches.get(shape.key)
         if search is None:
-            tree_key = (ask.levels, shape.constraint_key)
+            tree_key = (ask.levels, ask.has_hostname, shape.constraint_key)
             skeleton = self._skeletons.get(tree_key)
             if skeleton is None:
-                skeleton = Skeleton(ask.levels, self._eligible(shape).classes)
+                inside = (HOSTNAME,) if ask.has_hostname else ()
+                skeleton = Skeleton(ask.levels, self._eligible(shape).classes, required=inside)
                 self._skeletons[tree_key] = skeleton
             # Gangs of the same members share their room per domain, whatever they ask.
             node_slice, domain_slice = DomainSearch.counting(ask)

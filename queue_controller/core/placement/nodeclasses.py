@@ -18,6 +18,7 @@ from queue_controller.core.model.objects import Node, NodeFacts
 from queue_controller.core.placement.shapes import GangShape
 from queue_controller.core.rules.gpuhealth import all_gpus_unhealthy
 from queue_controller.core.rules.nodes import usable_allocatable
+from queue_controller.core.rules.topology import HOSTNAME
 
 FreeVector = tuple[int, ...]
 
@@ -133,17 +134,23 @@ def node_facts(node: Node) -> NodeFacts:
 
 def referenced_node_fields(
     shapes: Iterable[GangShape], *, by_topology: bool
-) -> tuple[tuple[str, ...], bool]:
-    """Label keys any gang selects on or keeps inside domains of, and whether any
-    selects on the node name."""
+) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """Label keys any gang selects on or keeps inside domains of; label keys whose mere
+    presence matters; and whether any gang selects on the node name."""
     keys: set[str] = set()
+    present: set[str] = set()
     by_name = False
     for shape in shapes:
         if by_topology and shape.topology is not None:
             # Every class then lies inside one domain at every level.
             keys.update(shape.topology.levels)
+            if shape.topology.has_hostname:
+                # The node itself is the Topology's last level: a node without the label is
+                # outside it. Only whether it has one splits classes (its value is the node's
+                # own name, which would make every node a class of its own).
+                present.add(HOSTNAME)
         keys.update(shape.template.node_selector)
         for term in shape.template.required_affinity or ():
             keys.update(r.key for r in term.match_expressions)
             by_name = by_name or bool(term.match_fields)
-    return tuple(sorted(keys)), by_name
+    return tuple(sorted(keys)), tuple(sorted(present - keys)), by_name

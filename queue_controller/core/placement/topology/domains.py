@@ -267,25 +267,29 @@ class DomainSearch:
 
 
 def choose_units(views: Sequence[ClassView], units: int, k: int) -> dict[str, int]:
-    """``units`` slices of ``k`` members, each on one node: one node if it holds them
-    all (best fit), else the nodes holding the most slices first."""
-    options = [
-        (fits // k, rank, view.node_class.buckets[free])
+    """``units`` slices of ``k`` members, each on one node, as fit.py places members: the
+    best-ranked node (the node heuristic's best fit) of those that hold every slice left,
+    else the node holding the most,
+    and then the same again for the rest.  So the last slices go to the tightest node that
+    takes them, not to the next-largest one, which a later gang may need whole."""
+    options = sorted(
+        (-(fits // k), rank, name)
         for view in views
         for free, (fits, rank) in view.fitting.items()
         if fits // k > 0
-    ]
-    single = [o for o in options if o[0] >= units]
-    if single:
-        _, _, names = min(single, key=lambda o: (o[1], o[2][0]))
-        return {names[0]: units * k}
+        for name in view.node_class.buckets[free]
+    )
     placement: dict[str, int] = {}
     remaining = units
-    for per_node, _, names in sorted(options, key=lambda o: (-o[0], o[1], o[2][0])):
-        for name in names:
-            if remaining <= 0:
-                return placement
-            take = min(per_node, remaining)
-            placement[name] = take * k
-            remaining -= take
+    for position, (most, _, name) in enumerate(options):
+        if remaining <= 0:
+            break
+        if -most >= remaining:
+            # The rest fits on one node: the best fit among those that hold it.
+            fitting = (o for o in options[position:] if -o[0] >= remaining)
+            _, _, tightest = min(fitting, key=lambda o: (o[1], o[2]))
+            placement[tightest] = remaining * k
+            return placement
+        placement[name] = -most * k
+        remaining += most
     return placement

@@ -48,7 +48,15 @@ class Domain:
 class Skeleton:
     """The domains that hold some class a shape may use, by depth."""
 
-    def __init__(self, levels: Sequence[str], classes: Iterable[NodeClass]) -> None:
+    def __init__(
+        self,
+        levels: Sequence[str],
+        classes: Iterable[NodeClass],
+        *,
+        required: Sequence[str] = (),
+    ) -> None:
+        """``required``: labels a node must also carry to be inside (the hostname, where
+        the Topology's last level is the node: the classes are split by its presence)."""
         self.root = Domain(0, (), UNCONSTRAINED, None)
         self.domains = [self.root]
         self.by_depth: dict[int, list[Domain]] = {depth: [] for depth in range(len(levels))}
@@ -57,7 +65,7 @@ class Skeleton:
         for node_class in classes:
             labels = node_class.sample.labels
             path = [labels.get(key) for key in levels]
-            if any(value is None for value in path):
+            if any(value is None for value in path) or any(k not in labels for k in required):
                 continue  # outside the topology: a topology gang never goes there
             domain = self.root
             chain = [domain]
