@@ -180,6 +180,14 @@ class AdmissionFairSharing(_Strict):
         return self
 
 
+class NodeFailurePolicy(StrEnum):
+    """spec.onNodeFailure: what an admitted topology gang does when a node of its plan
+    is lost (Kueue's TASFailedNodeReplacement); docs/topology.md."""
+
+    REPLACE = "Replace"  # its members there move to one node of the same domain
+    EVICT = "Evict"  # the MembersLost timeout evicts the gang whole
+
+
 class TeamQuotaSpec(_Strict):
     cohort: CohortName = ""
     # At most 15: the CRD's CEL rules must stay within the API server's cost budget.
@@ -187,6 +195,8 @@ class TeamQuotaSpec(_Strict):
     preemption: PreemptionSpec = PreemptionSpec()
     fairSharing: FairSharingWeight = FairSharingWeight()
     admissionFairSharing: AdmissionFairSharing | None = None
+    # For its Queues that set none (a Queue's own value wins).
+    onNodeFailure: NodeFailurePolicy = NodeFailurePolicy.EVICT
 
     @model_validator(mode="after")
     def _rules(self) -> TeamQuotaSpec:
@@ -276,9 +286,17 @@ class TopologyLevel(_Strict):
     nodeLabel: LabelKey
 
 
+class TopologyPlacementPolicy(StrEnum):
+    """How a preferred gang that must be split is split (Kueue: the TASBalancedPlacement gate)."""
+
+    BEST_FIT = "BestFit"
+    BALANCED = "Balanced"
+
+
 class TopologySpec(_Strict):
     # At most 16 levels (Kueue allows 8; GPU fabrics are rarely deeper than a handful).
     levels: list[TopologyLevel] = Field(min_length=1, max_length=16)
+    placement: TopologyPlacementPolicy = TopologyPlacementPolicy.BEST_FIT
 
     @model_validator(mode="after")
     def _levels(self) -> TopologySpec:
@@ -364,6 +382,8 @@ class QueueSpec(_Strict):
     fairSharing: FairSharingWeight = FairSharingWeight()
     # Reservation with backfill for its head (docs/reservation.md); absent: off.
     reservation: ReservationSpec | None = None
+    # Absent: its TeamQuota's spec.onNodeFailure.
+    onNodeFailure: NodeFailurePolicy | None = None
 
 
 class AdmissionFairSharingStatus(BaseModel):
@@ -416,6 +436,18 @@ class TopologyAssignment(BaseModel):
     domain: str = ""
     # One map per slice, in member-index order: node -> members of that slice there.
     slices: list[dict[str, NonNegative]] = Field(default_factory=list)
+
+
+class ReplacedNode(BaseModel):
+    """One lost node of an admitted gang's plan and the node that took its members."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    node: str  # the lost node
+    replacement: str
+    podSet: str = ""
+    reason: str = ""  # Deleted | NotReady | GPUUnhealthy
+    replacedAt: datetime | None = None
 
 
 class RuntimeEstimateStatus(BaseModel):
@@ -474,6 +506,8 @@ class PodGroupStatus(BaseModel):
     # "set=domain, ..." for several; and each such pod set's domain and slices.
     topologyDomain: str = ""
     topologyAssignment: dict[str, TopologyAssignment] = Field(default_factory=dict)
+    # Lost nodes of the plan replaced since admission (onNodeFailure: Replace).
+    replacedNodes: list[ReplacedNode] = Field(default_factory=list, max_length=64)
 
     def condition(self, kind: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)

@@ -16,6 +16,7 @@ from queue_controller.chaos.experiments import (
     gpu_fault,
     gpu_steal,
     node_loss,
+    replaces_lost_nodes,
 )
 from queue_controller.chaos.marks import LABEL, TAINT_KEY, new_run_id, undo
 from queue_controller.chaos.observe import PHASES, GangSeen, gang_seen
@@ -48,6 +49,7 @@ __all__ = [
     "new_run_id",
     "node_loss",
     "partial_placement",
+    "replaces_lost_nodes",
     "scope_of",
     "tolerates",
     "undo",

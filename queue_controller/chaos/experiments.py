@@ -91,8 +91,49 @@ def gang_node(gang: GangSeen, node: str | None) -> str:
     return node
 
 
-def node_loss(gang: GangSeen, node: Obj, *, keep_in: str) -> Injection:
-    """Delete the Node (as a machine that is gone): its pods go with it, in time."""
+def replaces_lost_nodes(gang: GangSeen, objs: Iterable[Any]) -> bool:
+    """Whether the gang's Queue, else its TeamQuota, says ``onNodeFailure: Replace``.
+
+    ``objs``: the listed objects (``Located``, or raw objects)."""
+    raw = [getattr(o, "obj", o) for o in objs]
+    queue_name = get(gang.group, "spec.queue", str, "") if gang.group else ""
+    queue = next(
+        (
+            o
+            for o in raw
+            if o.get("kind") == "Queue"
+            and get(o, "metadata.name", str, "") == queue_name
+            and get(o, "metadata.namespace", str, "") == gang.namespace
+        ),
+        None,
+    )
+    if queue is None:
+        return False
+    chosen = get(queue, "spec.onNodeFailure", str, "")
+    if not chosen:
+        team = get(queue, "spec.teamQuota", str, "")
+        quota = next(
+            (
+                o
+                for o in raw
+                if o.get("kind") == "TeamQuota" and get(o, "metadata.name", str, "") == team
+            ),
+            None,
+        )
+        chosen = get(quota, "spec.onNodeFailure", str, "") if quota else ""
+    return chosen == "Replace"
+
+
+# What recovery shows when the gang's Queue (or TeamQuota) says onNodeFailure: Replace:
+# the lost node replaced inside its domain, the gang running again, never evicted.
+REPLACED_PHASES = ("injected", "replaced", "running")
+
+
+def node_loss(gang: GangSeen, node: Obj, *, keep_in: str, replaces: bool = False) -> Injection:
+    """Delete the Node (as a machine that is gone): its pods go with it, in time.
+
+    ``replaces``: the gang's Queue replaces lost nodes; the lost members must come back
+    on a replacement node of the same domain, and the gang must never be evicted."""
     holding(gang)
     name = get(node, "metadata.name", str, "")
     steps = [
@@ -104,6 +145,21 @@ def node_loss(gang: GangSeen, node: Obj, *, keep_in: str) -> Injection:
         marks.keep_deleted_node(node, keep_in)
         marks.gateway.delete(gw.NODE, "", name)
 
+    if replaces:
+        return Injection(
+            "node-loss",
+            steps,
+            (name,),
+            act,
+            expect=REPLACED_PHASES,
+            avoid=(name,),
+            once=True,
+            margin=60.0 + POD_GC_SECONDS,
+            notes=[
+                f"the cluster deletes the pods of a lost node after about {POD_GC_SECONDS:.0f}s",
+                "the Queue replaces lost nodes (onNodeFailure: Replace): expects NodeReplaced",
+            ],
+        )
     return Injection(
         "node-loss",
         steps,

@@ -94,6 +94,16 @@ class GangSeen:
     def requeue_count(self) -> int:
         return get(self.group, "status.requeueCount", int, 0) if self.group else 0
 
+    @property
+    def replaced_nodes(self) -> list[tuple[str, str]]:
+        """status.replacedNodes: (lost node, replacement), oldest first."""
+        raw = get(self.group, "status.replacedNodes", list, []) if self.group else []
+        return [
+            (str(r.get("node", "")), str(r.get("replacement", "")))
+            for r in raw
+            if isinstance(r, dict)
+        ]
+
     def condition(self, kind: str) -> dict[str, object] | None:
         if self.group is None:
             return None
@@ -213,6 +223,10 @@ class Timeline:
     marks: list[Mark] = field(default_factory=list)
     placement: dict[str, int] = field(default_factory=dict)  # where it was readmitted
     track_running: bool = False  # mark "running" too: the gang Running after the injection
+    # onNodeFailure: Replace: mark "replaced" (a lost node replaced in status.replacedNodes
+    # since the injection), and "running" only after it.
+    replaced_before: int = 0
+    track_replaced: bool = False
 
     def reached(self, phase: str) -> bool:
         return any(m.phase == phase for m in self.marks)
@@ -227,7 +241,19 @@ class Timeline:
     def observe(self, gang: GangSeen, now: float) -> list[Mark]:
         """The phases this poll shows for the first time, in order."""
         new = self._recovery(gang, now)
-        if self.track_running and gang.phase == "Running" and not self.reached("running"):
+        replaced = gang.replaced_nodes
+        if self.track_replaced and len(replaced) > self.replaced_before:
+            lost, node = replaced[-1]
+            made = self.mark("replaced", now, f"{lost} replaced by {node}")
+            new += [made] if made else []
+        # After a replacement the phase stayed Running all along: only the whole gang
+        # running again (its minMember) is recovery.
+        whole = not self.track_replaced or (
+            self.reached("replaced")
+            and sum(1 for m in gang.live if m.phase == "Running")
+            >= get(gang.group or {}, "spec.minMember", int, 1)
+        )
+        if self.track_running and whole and gang.phase == "Running" and not self.reached("running"):
             running = sum(1 for m in gang.live if m.phase == "Running")
             made = self.mark("running", now, f"{running} members running")
             new += [made] if made else []

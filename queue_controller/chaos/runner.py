@@ -138,8 +138,11 @@ class Runner:
     ) -> Outcome:
         marks = Marks(self.gateway, self.run)
         self._confirmation = None
-        timeline = Timeline(self.clock(), gang.requeue_count)
+        timeline = Timeline(
+            self.clock(), gang.requeue_count, replaced_before=len(gang.replaced_nodes)
+        )
         timeline.track_running = "running" in injection.expect
+        timeline.track_replaced = "replaced" in injection.expect
         outcome = Outcome(self.run, injection, timeline, deadline)
         try:
             with interruptible():

@@ -65,6 +65,11 @@ def gang_state(view: GangView, priorities: PriorityTable) -> GangState:
     lost = _members_lost_at(view)
     if started is not None and lost is not None:
         started = max(started, lost)
+    # A lost node replaced (onNodeFailure: Replace) is no partial placement: its members
+    # are sent to the replacement, and the timeout runs from the replacement on.
+    replaced = _replaced_at(view)
+    if started is not None and replaced is not None:
+        started = max(started, replaced)
     prepared = prepare(view.workload, priorities)
     need = dict(prepared.need()) if not prepared.error else {}
     return GangState(view, holds, running, live, started, need, _evicted_at(view))
@@ -92,3 +97,10 @@ def _members_lost_at(view: GangView) -> float | None:
         return None
     moment = ready.lastTransitionTime
     return epoch_seconds(moment) if moment is not None else None
+
+
+def _replaced_at(view: GangView) -> float | None:
+    if view.group is None:
+        return None
+    moments = [r.replacedAt for r in view.group.status.replacedNodes if r.replacedAt is not None]
+    return max(epoch_seconds(m) for m in moments) if moments else None

@@ -160,7 +160,8 @@ def node_loss(common: Common, *, node: str | None, job: str | None, keep_in: str
             for i in items
             if i.obj.get("kind") == "Node" and get(i.obj, "metadata.name", str, "") == name
         )
-        return chaos.node_loss(gang, obj, keep_in=keep_in or gang.namespace)
+        replaces = chaos.replaces_lost_nodes(gang, items)
+        return chaos.node_loss(gang, obj, keep_in=keep_in or gang.namespace, replaces=replaces)
 
     run_experiment(common, target, plan, "node-loss")
 

@@ -33,6 +33,8 @@ POLICIES = ("gang-fit", "quota-only", "per-pod")
 PREEMPTION_MODES = ("as-configured", "off", "on", "compare")
 # queue_controller.sim.engine.compare.RESERVATION_MODES, likewise.
 RESERVATION_MODES = ("off", "on", "compare")
+# queue_controller.sim.engine.compare.TOPOLOGY_PLACEMENT_MODES, likewise.
+TOPOLOGY_PLACEMENT_MODES = ("best-fit", "balanced", "compare")
 OVERRUN_POLICIES = ("Wait", "Preempt")  # queue_controller.core.Overrun's values
 DEFAULT_OUT = "simulation-report"
 # The journal's writer drops its oldest entries once 10,000 wait: let it catch up well before.
@@ -267,6 +269,16 @@ def _progress(policies: Sequence[str]) -> Iterator[Callable[[str, float], None] 
     "policy's terminationGracePeriodSeconds (30 s) and restart from scratch.",
 )
 @click.option(
+    "--topology-placement",
+    type=click.Choice(TOPOLOGY_PLACEMENT_MODES),
+    default="best-fit",
+    show_default=True,
+    help="How gang-fit splits a gang that prefers a topology level (every Topology's "
+    "spec.placement). best-fit: pack, keeping whole domains whole; balanced: Kueue's "
+    "TASBalancedPlacement, run as gang-fit+balanced; compare: both. Needs --topology; the "
+    "report adds fragmentation and the share of preferred gangs in one domain.",
+)
+@click.option(
     "--reservation",
     type=click.Choice(RESERVATION_MODES),
     default="off",
@@ -364,6 +376,7 @@ def simulate(
     policy_name: str,
     compare: tuple[str, ...],
     preemption: str,
+    topology_placement: str,
     reservation: str,
     reservation_after: int,
     reservation_margin: int,
@@ -432,6 +445,22 @@ def simulate(
                 else (name,)
             )
         ]
+    if topology_placement != "best-fit":
+        if topology is None:
+            raise click.UsageError("--topology-placement needs --topology", ctx=ctx)
+        runs = [
+            run
+            for name in runs
+            for run in (
+                (
+                    (name, f"{name}+balanced")
+                    if topology_placement == "compare"
+                    else (f"{name}+balanced",)
+                )
+                if name.split("+", 1)[0] == "gang-fit"
+                else (name,)
+            )
+        ]
     faults = _faults(
         bundled,
         {
@@ -494,6 +523,7 @@ def simulate(
                     reservation_after, reservation_margin, reservation_overrun
                 ),
                 estimate_noise=estimate_noise,
+                topology_placement=topology_placement,
             )
     finally:
         if journal is not None:

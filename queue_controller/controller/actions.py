@@ -120,6 +120,14 @@ class MarkMembersLost(GroupAction):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReplaceNodes(GroupAction):
+    """Lost nodes of an admitted gang's plan replaced (controller/replacing.py)."""
+
+    patch: Mapping[str, Any]  # the PodGroup status merge patch
+    messages: tuple[str, ...]  # one per replacement, for its NodeReplaced event
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Evict(GroupAction):
     pods: tuple[MemberPod, ...]
     hold: tuple[Write, ...]  # the kind's writes that take the gang back
@@ -237,6 +245,7 @@ Action = (
     | BindMember
     | MarkRunning
     | MarkMembersLost
+    | ReplaceNodes
     | Evict
     | SetCondition
     | FinishEviction

@@ -26,6 +26,7 @@ from queue_controller.controller.status import (
     topology_domain,
 )
 from queue_controller.controller.writer import WRITE_THREADS, Writer
+from queue_controller.core.model import NODE_REPLACED
 from queue_controller.journal import JournalEvent
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import epoch_seconds
@@ -261,6 +262,21 @@ class Applier(Writer):
         await self._event(action.group_ref, "MembersLost", message, warning=True)
 
     @apply.register
+    async def _replace_nodes(self, action: act.ReplaceNodes) -> None:
+        # Conditional, as every status write: a plan that changed meanwhile conflicts, and
+        # the next cycle decides again from what it then holds.
+        await self._patch(action.group_ref, {"status": dict(action.patch)}, status=True)
+        for message in action.messages:
+            log.info(
+                "%s %s/%s: %s",
+                NODE_REPLACED,
+                action.subject.namespace,
+                action.subject.name,
+                message,
+            )
+            await self._events(action.subject.about, NODE_REPLACED, message)
+
+    @apply.register
     async def _evict(self, action: act.Evict) -> None:
         now = self.clock()
         requeue = action.requeue
@@ -284,6 +300,7 @@ class Applier(Writer):
             "podSetPlacement": None,
             "topologyDomain": None,  # the domain goes with the placement
             "topologyAssignment": None,
+            "replacedNodes": None,
             "running": 0,
             "requeueCount": requeue.count,
             "requeueAt": None if requeue.deactivated else iso(requeue.at),

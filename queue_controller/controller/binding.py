@@ -19,7 +19,7 @@ members meet on one slot only on one node, so what was sent elsewhere cannot cla
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from queue_controller.controller import actions as act
@@ -120,8 +120,12 @@ def without_sent_since(actions: list[act.Action], sent: SentSince) -> list[act.A
     ]
 
 
-def member_bindings(gang: GangView) -> list[act.BindMember]:
-    """Where each gated member of an admitted gang goes, by its PodGroup's plan."""
+def member_bindings(gang: GangView, lost: Collection[str] = ()) -> list[act.BindMember]:
+    """Where each gated member of an admitted gang goes, by its PodGroup's plan.
+
+    ``lost``: nodes that are gone or NotReady.  No member is sent there: it could never
+    start.  It stays gated until the plan names another node (a replacement, with
+    ``onNodeFailure: Replace``) or the gang is evicted."""
     assert gang.group is not None
     status = gang.group.status
     sliced = {
@@ -129,7 +133,7 @@ def member_bindings(gang: GangView) -> list[act.BindMember]:
         for pod_set, assignment in status.topologyAssignment.items()
         if assignment.slices
     }
-    return list(bindings(gang, status.placement, status.podSetPlacement, sliced))
+    return list(bindings(gang, status.placement, status.podSetPlacement, sliced, lost))
 
 
 def bindings(
@@ -137,6 +141,7 @@ def bindings(
     placement: Mapping[str, int],
     by_set: Mapping[str, Mapping[str, int]],
     sliced: Mapping[str, Sequence[Mapping[str, int]]] | None = None,
+    lost: Collection[str] = (),
 ) -> Iterable[act.BindMember]:
     """Each gated member gets a node of its pod set's plan that still has a slot for it.
 
@@ -168,12 +173,15 @@ def bindings(
             return (pod.pod_set or first) == pod_set
 
         if sliced.get(pod_set):
-            yield from _slice_bindings([p for p in live if of_set(p)], sliced[pod_set])
+            yield from _slice_bindings([p for p in live if of_set(p)], sliced[pod_set], lost)
             continue
         assigned = Counter(
             node for p in live if of_set(p) and not p.gated and (node := p.node) is not None
         )
-        slots = {node: count - assigned[node] for node, count in sorted(plan.items())}
+        slots = {
+            node: 0 if node in lost else count - assigned[node]
+            for node, count in sorted(plan.items())
+        }
         for pod in sorted((p for p in live if p.gated and of_set(p)), key=lambda p: p.ref.name):
             node = next((n for n, free in slots.items() if free > 0), None)
             if node is None:
@@ -194,7 +202,7 @@ def _whole(gang: GangView, plans: Mapping[str, Mapping[str, int]], first: str) -
 
 
 def _slice_bindings(
-    members: Sequence[MemberPod], slices: Sequence[Mapping[str, int]]
+    members: Sequence[MemberPod], slices: Sequence[Mapping[str, int]], lost: Collection[str] = ()
 ) -> Iterable[act.BindMember]:
     """A sliced pod set's gated members onto their slices' nodes.
 
@@ -223,6 +231,10 @@ def _slice_bindings(
     for pod in members:
         if not pod.gated and (node := pod.node) is not None and not take(node, slice_of(pod)):
             take(node, None)
+    for one in free:
+        for node in lost:
+            if node in one:
+                one[node] = 0
     gated = [p for p in members if p.gated]
     # Indexed members first, so that no unindexed one takes the slot of a slice's own member.
     gated.sort(key=lambda p: (p.index is None, p.index or 0, p.ref.name))

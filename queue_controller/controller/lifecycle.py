@@ -19,18 +19,29 @@ kind: each gang's kind (kube/kinds) spells the writes that hold and release it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from queue_controller.api.v1alpha1 import PodGroupPhase
 from queue_controller.controller import actions as act
 from queue_controller.controller import gpuwatch
 from queue_controller.controller.binding import member_bindings
+from queue_controller.controller.replacing import rewrite
 from queue_controller.controller.reservations import is_new, pending_fields, settled_fields
 from queue_controller.controller.status import iso
 from queue_controller.controller.summaries import summaries
-from queue_controller.core.cycle import CycleResult
-from queue_controller.core.model import Decision, GpuHealth, Queue, RequeuePolicy, Verdict
+from queue_controller.core.cycle import CycleResult, lost_reason, policy
+from queue_controller.core.model import (
+    Decision,
+    GpuHealth,
+    Node,
+    NodeFailure,
+    Queue,
+    Replacement,
+    RequeuePolicy,
+    TeamQuota,
+    Verdict,
+)
 from queue_controller.core.rules import Requeue, pods_ready_timeout, requeue
 from queue_controller.kube.fields import epoch_seconds
 from queue_controller.kube.gangs import GangView
@@ -40,6 +51,7 @@ from queue_controller.kube.unread import PROVISIONAL, BrokenGang
 from queue_controller.kube.views import Delete, MemberPod, Ref, Write
 
 HOLDING = frozenset({PodGroupPhase.ADMITTED, PodGroupPhase.RUNNING})
+REPLACE = NodeFailure.REPLACE
 # A PodGroup whose gang has gone (every member pod deleted, no owner to make
 # them again) is deleted after this long, so that an owner recreating evicted
 # pods finds the requeue count and backoff still there.
@@ -73,6 +85,21 @@ class Signals:
 
     health: Mapping[str, tuple[GpuHealth, float]] = field(default_factory=dict)
     idle: Mapping[str, float] = field(default_factory=dict)  # gang key -> idle since
+    # The cycle's nodes (a plan's node absent from it is gone), and the lost nodes the
+    # core replaced: gang key -> its replacements.
+    nodes: Mapping[str, Node] | None = None
+    replacements: Mapping[str, tuple[Replacement, ...]] = field(default_factory=dict)
+
+    quotas: Mapping[str, TeamQuota] = field(default_factory=dict)
+
+    def lost(self, plan: Iterable[str], queue: Queue | None) -> frozenset[str]:
+        """The nodes of ``plan`` that are gone, NotReady or without a healthy GPU, for a
+        gang whose Queue replaces them (``onNodeFailure: Replace``); none for others,
+        whose members go where the plan says, as before."""
+        if self.nodes is None or queue is None or policy(queue, self.quotas) is not REPLACE:
+            return frozenset()
+        nodes = self.nodes
+        return frozenset(n for n in plan if lost_reason(nodes.get(n)) is not None)
 
 
 @dataclass(frozen=True)
@@ -90,7 +117,16 @@ class Planner:
         idle: Mapping[str, float] | None = None,
     ) -> list[act.Action]:
         decisions = {d.key: d for d in result.decisions}
-        signals = Signals(seen.node_health, idle or {})
+        replaced: dict[str, list[Replacement]] = {}
+        for one in result.replacements:
+            replaced.setdefault(one.key, []).append(one)
+        signals = Signals(
+            seen.node_health,
+            idle or {},
+            {node.name: node for node in seen.snapshot.nodes},
+            {key: tuple(ones) for key, ones in replaced.items()},
+            {view.model.name: view.model for view in seen.quotas},
+        )
         out: list[act.Action] = []
         victims = self._victims(seen, result, now)
         for gang in seen.gangs:
@@ -138,7 +174,7 @@ class Planner:
             flagged = self._gpu_signals(gang, now, signals)
             if flagged and isinstance(flagged[0], act.Evict):
                 return out + flagged
-            return out + flagged + self._admitted(gang, now)
+            return out + flagged + self._admitted(gang, now, signals)
         if phase in (PodGroupPhase.EVICTED, PodGroupPhase.FAILED):
             assert gang.group is not None
             live = _holding(gang)
@@ -234,7 +270,9 @@ class Planner:
                 out[key] = self._evict(victim, now, "Preempted", message, preemption=reason.value)
         return out
 
-    def _admitted(self, gang: GangView, now: float) -> list[act.Action]:
+    def _admitted(
+        self, gang: GangView, now: float, signals: Signals = Signals()
+    ) -> list[act.Action]:
         group = gang.group
         assert group is not None
         who = subject(gang)
@@ -250,7 +288,25 @@ class Planner:
                     gang, now, "JobSuspended", f"the {gang.kind.name} was held by someone else"
                 )
             ]
-        out: list[act.Action] = list(member_bindings(gang))
+        plan = {*status.placement, *(n for s in status.podSetPlacement.values() for n in s)}
+        out: list[act.Action] = list(member_bindings(gang, signals.lost(plan, gang.queue)))
+        replaced = signals.replacements.get(gang.key)
+        if replaced:
+            # Its members bound now stay put; the lost ones' new pods are sent to the
+            # replacement once the plan that names it is written (next cycle, or the
+            # releaser), so no member is sent on a plan that may not land.
+            first = gang.workload.pod_sets[0].name if gang.workload.pod_sets else ""
+            written = rewrite(status, first, replaced, now)
+            out.insert(
+                0,
+                act.ReplaceNodes(
+                    subject=who,
+                    group=group.model,
+                    group_ref=group.ref,
+                    patch=written.patch,
+                    messages=tuple(r.describe() for r in replaced),
+                ),
+            )
         min_member = group.min_member
         phases = Counter(p.phase for p in gang.members if not p.deleting)
         running, done = phases["Running"], phases["Succeeded"]

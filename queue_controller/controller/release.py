@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from queue_controller.controller import actions as act
 from queue_controller.controller.apply import Applier
@@ -103,7 +104,9 @@ class Releaser:
             touched = self._note(arrived)
             # Only members with a slot of the plan: those past it stay gated (binding.py).
             actions: list[act.Action] = [
-                action for gang in self._gangs(touched) for action in member_bindings(gang)
+                action
+                for gang in self._gangs(touched)
+                for action in member_bindings(gang, self._lost(gang))
             ]
             if not actions:
                 return 0
@@ -113,6 +116,26 @@ class Releaser:
         self.released += sent
         log.debug("released %d arrived members (%d to retry)", sent, failed)
         return sent
+
+    def _lost(self, gang: GangView) -> frozenset[str]:
+        """Nodes of the gang's plan that are gone or not Ready: no member is sent there
+        (the cycle replaces them, or the gang's timeout evicts it)."""
+        assert gang.group is not None
+        if not self._replaces(gang):
+            return frozenset()
+        status = gang.group.status
+        plan = {*status.placement, *(n for s in status.podSetPlacement.values() for n in s)}
+        return frozenset(n for n in plan if not _ready(self.state.get("Node", "", n)))
+
+    def _replaces(self, gang: GangView) -> bool:
+        """Whether the gang's Queue (else its TeamQuota) says ``onNodeFailure: Replace``."""
+        queue = self.state.get("Queue", gang.namespace, gang.gang.facts.queue) or {}
+        spec = queue.get("spec") or {}
+        chosen = spec.get("onNodeFailure")
+        if chosen is None:
+            quota = self.state.get("TeamQuota", "", str(spec.get("teamQuota", ""))) or {}
+            chosen = (quota.get("spec") or {}).get("onNodeFailure")
+        return chosen == "Replace"
 
     def _note(self, arrived: Iterable[Key]) -> set[_GangKey]:
         """The gangs the arrived gated pods belong to (kept with the pods' names)."""
@@ -171,3 +194,14 @@ class Releaser:
                     continue  # not let go yet (a Job still suspended): the cycle resumes it
                 out.append(gang)
         return out
+
+
+def _ready(node: dict[str, Any] | None) -> bool:
+    if node is None:
+        return False
+    conditions = node.get("status", {}).get("conditions", [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in conditions
+        if isinstance(c, dict)
+    )

@@ -250,6 +250,8 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
     nominated: dict[str, dict[str, int]] = {}
     no_fit_since: float | None = None
     reservation: Reservation | None = None
+    domains: dict[str, str] = {}
+    slices: dict[str, tuple[dict[str, int], ...]] = {}
     if group is not None:
         model = group.model
         # A provisional PodGroup's minMember says nothing of the gang (kube/unread.py).
@@ -281,6 +283,12 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         nominated = {name: dict(nodes) for name, nodes in status.nominatedPlacement.items()}
         no_fit_since = _no_fit_since(status)
         reservation = _reservation(status)
+        domains = {name: a.domain for name, a in status.topologyAssignment.items() if a.domain}
+        slices = {
+            name: tuple(dict(one) for one in a.slices)
+            for name, a in status.topologyAssignment.items()
+            if a.slices
+        }
     if facts.finished:
         phase = WorkloadPhase.FINISHED
     elif holds(group, held=facts.held):
@@ -313,6 +321,8 @@ def workload_of(kind: WorkloadKind, gang: KindGang, group: GroupView | None) -> 
         admitted_at=admitted_at if phase is WorkloadPhase.ADMITTED else None,
         no_fit_since=no_fit_since if phase is WorkloadPhase.PENDING else None,
         reservation=reservation if phase is WorkloadPhase.PENDING else None,
+        topology_domains=domains if phase is WorkloadPhase.ADMITTED else {},
+        slices=slices if phase is WorkloadPhase.ADMITTED else {},
     )
 
 

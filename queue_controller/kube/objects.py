@@ -17,6 +17,7 @@ from queue_controller.core.model import (
     Cohort,
     Container,
     Node,
+    NodeFailure,
     NodeSelectorTerm,
     Ordering,
     PodClaim,
@@ -32,6 +33,7 @@ from queue_controller.core.model import (
     TeamQuota,
     Toleration,
     Topology,
+    TopologyPlacement,
     parse_milli,
 )
 from queue_controller.errors import InputError, QuantityError, shown
@@ -231,6 +233,7 @@ def team_quota(obj: Obj) -> TeamQuota:
         ),
         fair_weight=parse_milli(model.spec.fairSharing.weight),
         admission_fair_sharing=_admission_fair_sharing(model.spec.admissionFairSharing),
+        on_node_failure=NodeFailure(model.spec.onNodeFailure.value),
     )
 
 
@@ -287,6 +290,7 @@ def topology(obj: Obj) -> Topology:
     return Topology(
         name=model.metadata.name,
         levels=tuple(level.nodeLabel for level in model.spec.levels),
+        placement=TopologyPlacement(model.spec.placement.value),
     )
 
 
@@ -312,6 +316,9 @@ def queue(obj: Obj) -> Queue:
         consumed=consumed,
         consumed_at=consumed_at,
         reservation=_reservation(spec.reservation),
+        on_node_failure=(
+            NodeFailure(spec.onNodeFailure.value) if spec.onNodeFailure is not None else None
+        ),
     )
 
 

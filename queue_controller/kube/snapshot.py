@@ -501,6 +501,7 @@ def _as_bound(pod: MemberPod, request: dict[str, int], workload: str) -> BoundPo
         phase=pod.phase,
         workload=workload,
         pod_set=pod.pod_set,
+        deleting=pod.deleting,
     )
 
 

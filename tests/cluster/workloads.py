@@ -81,6 +81,7 @@ class Objects:
         timeout: int | None = None,
         backoff_limit: int | None = None,
         topology: str = "",
+        on_node_failure: str = "",
     ) -> str:
         spec: dict[str, Any] = {
             "teamQuota": team,
@@ -89,6 +90,8 @@ class Objects:
         }
         if topology:
             spec["topologyName"] = topology
+        if on_node_failure:
+            spec["onNodeFailure"] = on_node_failure
         if timeout is not None:
             spec["podsReadyTimeoutSeconds"] = timeout
         if backoff_limit is not None:

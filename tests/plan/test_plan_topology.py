@@ -61,3 +61,32 @@ def test_the_last_slice_takes_the_tightest_node_and_a_node_without_a_hostname_is
     assert (six_on_one["decision"], six_on_one["placement"]) == ("Admit", {"r1-b": 1})
     # r2-stray has 8 GPUs free and the rack label, but no hostname label: outside Topology dc.
     assert (needs_host["decision"], needs_host["reason"]) == ("Pending", "NoNodeFit")
+
+
+def test_a_grouped_head_and_workers_share_one_rack_and_a_malformed_group_is_refused() -> None:
+    """Pod-set groups (tests/plan/dumps/topology-groups.yaml says why each goes where)."""
+    grouped, mismatch, lonely = plan_json("topology-groups.yaml")
+    assert (grouped["decision"], grouped["reason"]) == ("Admit", "Admitted")
+    # The workers alone would best-fit r1, but the head's CPUs fit only beside them in r2.
+    assert grouped["podSets"] == {"head": {"r2-n0": 1}, "gpu": {"r2-n0": 1, "r2-n1": 1}}
+    assert grouped["domains"] == {"head": "b1/r2/r2-n0", "gpu": "b1/r2"}
+    assert (mismatch["decision"], mismatch["reason"]) == ("Invalid", "InvalidSpec")
+    assert mismatch["message"].startswith(
+        "spec.pytorchReplicaSpecs.Master.template.metadata.annotations"
+        "[queue-controller.io/topology-group]: group 'ddp'"
+    )
+    assert (lonely["decision"], lonely["reason"]) == ("Invalid", "InvalidSpec")
+    assert (
+        "[kueue.x-k8s.io/podset-group-name]: group 'serve' has 1 pod set(s)" in (lonely["message"])
+    )
+
+
+def test_a_balanced_topology_splits_a_preferred_gang_evenly() -> None:
+    """Issue 29, item 4 (tests/plan/dumps/topology-balanced.yaml): the same gang under a
+    BestFit and a Balanced Topology, and a required gang that Balanced leaves to best fit."""
+    packed, even, required = plan_json("topology-balanced.yaml")
+    assert packed["placement"] == {"r1-n0": 8, "r2-n0": 4}
+    assert packed["domains"] == {"main": "b1"}
+    assert even["placement"] == {"r3-n0": 6, "r4-n0": 6}
+    assert even["domains"] == {"main": "b2"}
+    assert required["placement"] == {"r3-n0": 2}

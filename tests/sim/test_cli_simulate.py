@@ -184,6 +184,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
         reservation: str = "off",
         reservation_policy: Any = None,
         estimate_noise: float = 0.0,
+        topology_placement: str = "best-fit",
     ) -> Any:
         calls.simulate.append(
             {
@@ -199,6 +200,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
                 "reservation": reservation,
                 "reservation_policy": reservation_policy,
                 "estimate_noise": estimate_noise,
+                "topology_placement": topology_placement,
             }
         )
         for name in compare:

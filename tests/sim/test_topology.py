@@ -83,6 +83,11 @@ def run(scenario: Scenario, entries: list[Entry] | None = None) -> dict[str, obj
     return report_json(report)
 
 
+def _without_fragmentation(figures: dict[str, object]) -> dict[str, object]:
+    # Fragmentation is sampled (tests/sim/test_topology_placement.py checks it).
+    return {k: v for k, v in figures.items() if k not in ("free_on_used_nodes", "broken_domains")}
+
+
 def test_a_required_rack_gang_waits_for_a_whole_rack_and_the_wait_is_counted() -> None:
     # Fillers pinned to n0 (until 3610) and n2 (until 1810) leave n1 and n3 free: 16
     # GPUs, enough for the gang but in two racks.  The gang waits from the tick at 10
@@ -112,7 +117,7 @@ def test_a_required_rack_gang_waits_for_a_whole_rack_and_the_wait_is_counted() -
     assert "in any one rack" in pending.message
     assert (admitted.at - pending.at).total_seconds() == 1810
     policy = document["policies"]["gang-fit"]  # type: ignore[index]
-    assert policy["topology"] == {
+    assert _without_fragmentation(policy["topology"]) == {
         "preferred_placements": 0,
         "preferred_in_domain": None,
         "domain_wait_gpu_hours": round(16 * 1810 / 3600, 2),
@@ -169,7 +174,7 @@ def test_the_fraction_of_preferred_gangs_in_one_domain() -> None:
         )
     )
     policy = document["policies"]["gang-fit"]  # type: ignore[index]
-    assert policy["topology"] == {
+    assert _without_fragmentation(policy["topology"]) == {
         "preferred_placements": 2,
         "preferred_in_domain": 0.5,
         "domain_wait_gpu_hours": 0,

@@ -21,6 +21,7 @@ from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import Cohort, CohortFigures, CycleResult, Decision, Reason, Verdict
+from queue_controller.core.model import Replacement
 from queue_controller.kube import gateway as gw
 from queue_controller.kube import kinds
 from queue_controller.kube.gangs import WORKLOAD_KIND_LABEL
@@ -43,9 +44,12 @@ class Cluster:
         *decisions: Decision,
         usage: dict[str, dict[str, int]] | None = None,
         cohorts: dict[str, CohortFigures] | None = None,
+        replacements: tuple[Replacement, ...] = (),
     ) -> list[act.Action]:
         """What the planner decides from the controller's state, as a cycle would."""
-        result = CycleResult(decisions, usage or {}, cohorts=cohorts or {})
+        result = CycleResult(
+            decisions, usage or {}, cohorts=cohorts or {}, replacements=replacements
+        )
         return Planner(300).plan(seen(self.state, NOW), result, now=NOW)
 
     def apply(self, actions: list[act.Action]) -> int:
@@ -56,8 +60,11 @@ class Cluster:
         *decisions: Decision,
         usage: dict[str, dict[str, int]] | None = None,
         cohorts: dict[str, CohortFigures] | None = None,
+        replacements: tuple[Replacement, ...] = (),
     ) -> int:
-        return self.apply(self.plan(*decisions, usage=usage, cohorts=cohorts))
+        return self.apply(
+            self.plan(*decisions, usage=usage, cohorts=cohorts, replacements=replacements)
+        )
 
     def held(self, kind: str, name: str, namespace: str = "ns") -> Obj:
         obj = self.fake.held(kind, namespace, name)
@@ -482,6 +489,9 @@ def every_action() -> Cluster:
         job("victim", suspend=False),
         group("victim", phase="Running", placement={"n2": 1}),  # Evict (Preempted)
         pod("victim-0", node="n2", owner="victim"),
+        job("replaced", suspend=False),
+        group("replaced", phase="Running", placement={"n9": 1, "n1": 1}),  # ReplaceNodes
+        pod("replaced-0", node="n1", owner="replaced"),
     )
 
 
@@ -500,11 +510,17 @@ def preempt(name: str, victim: str) -> Decision:
 
 
 EVERY_DECISION = (admit("admit"), pending("fresh"), preempt("preemptor", "victim"))
+EVERY_REPLACEMENT = (Replacement("Job/ns/replaced", "main", "n9", "Deleted", "n1", 1, ""),)
 USAGE = {"team": {"nvidia.com/gpu": 6000}}  # QueueStatus, TeamQuotaStatus
 
 
 def test_the_every_action_cluster_plans_every_kind_of_action() -> None:
-    planned = {type(a) for a in every_action().plan(*EVERY_DECISION, usage=USAGE, cohorts=FIGURES)}
+    planned = {
+        type(a)
+        for a in every_action().plan(
+            *EVERY_DECISION, usage=USAGE, cohorts=FIGURES, replacements=EVERY_REPLACEMENT
+        )
+    }
     # Vanished is the loop's: it needs the cycle before (tests/unit/test_vanished.py); so
     # is WarnLeftOut, for objects the translation left out (tests/unit/test_bad_objects.py).
     assert planned == set(get_args(act.Action)) - {act.Vanished, act.WarnLeftOut}
@@ -512,7 +528,9 @@ def test_the_every_action_cluster_plans_every_kind_of_action() -> None:
 
 def test_every_request_the_applier_sends_is_granted_by_the_rbac_rules() -> None:
     c = every_action()
-    assert c.cycle(*EVERY_DECISION, usage=USAGE, cohorts=FIGURES) == 0
+    assert (
+        c.cycle(*EVERY_DECISION, usage=USAGE, cohorts=FIGURES, replacements=EVERY_REPLACEMENT) == 0
+    )
     allowed = {
         (rule.group, resource, verb)
         for rule in kinds.rbac_rules()

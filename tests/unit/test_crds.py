@@ -852,6 +852,10 @@ VALID = {
     "topo-clique": topology(BLOCK, "nvidia.com/gpu.clique", HOST),
     "topo-unprefixed-label": topology("rack"),
     "topo-sixteen-levels": topology(*(f"example.com/l{i}" for i in range(16))),
+    "topo-balanced": topology(RACK)
+    | {"spec": {"levels": [{"nodeLabel": RACK}], "placement": "Balanced"}},
+    "topo-best-fit": topology(RACK)
+    | {"spec": {"levels": [{"nodeLabel": RACK}], "placement": "BestFit"}},
     "q-minimal": queue({"teamQuota": "research"}),
     "q-topology": queue({"teamQuota": "research", "topologyName": "racks"}),
     "q-full": queue(
@@ -967,6 +971,8 @@ INVALID = {
     "topo-label-two-slashes": topology("a/b/c"),
     "topo-level-unknown-field": topology(RACK) | {"spec": {"levels": [{"label": RACK}]}},
     "topo-level-as-string": topology() | {"spec": {"levels": [RACK]}},
+    "topo-placement-unknown": topology(RACK)
+    | {"spec": {"levels": [{"nodeLabel": RACK}], "placement": "Spread"}},
     "q-topology-name-not-dns": queue({"teamQuota": "research", "topologyName": "Racks_1"}),
     "pg-slice-negative": podgroup(
         PG_SPEC, status={"topologyAssignment": {"main": {"slices": [{"h100-0": -1}]}}}

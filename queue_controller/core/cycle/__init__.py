@@ -6,7 +6,8 @@ DRA devices from ``devicecatalog``, the cycle's catalog of devices (built
 once per cycle, from the snapshot's DRA objects and the usage that
 :mod:`..rules.prepared` counts, which is why it is here rather than in
 :mod:`..devices`); ``pacing`` limits admission to what the Job controller can
-create.
+create; ``replacement`` swaps a lost node of an admitted topology gang's plan for
+one of its domain, before any pending gang is tried.
 """
 
 from queue_controller.core.cycle.admission import (
@@ -16,9 +17,12 @@ from queue_controller.core.cycle.admission import (
 from queue_controller.core.cycle.pacing import (
     DEFAULT_CREATION_BACKLOG,
 )
+from queue_controller.core.cycle.replacement import lost_reason, policy
 
 __all__ = [
     "DEFAULT_CREATION_BACKLOG",
     "CycleResult",
+    "lost_reason",
+    "policy",
     "schedule",
 ]

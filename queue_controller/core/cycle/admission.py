@@ -18,7 +18,14 @@ from queue_controller.core.cycle.devicecatalog import DeviceCatalog
 from queue_controller.core.cycle.devicecycle import settle_usage, with_devices
 from queue_controller.core.cycle.gangshapes import gang_shapes
 from queue_controller.core.cycle.pacing import CreationPacer
-from queue_controller.core.model.decisions import Decision, Reason, Verdict, decision_for
+from queue_controller.core.cycle.replacement import lost_plans, replace_lost
+from queue_controller.core.model.decisions import (
+    Decision,
+    Reason,
+    Replacement,
+    Verdict,
+    decision_for,
+)
 from queue_controller.core.model.objects import (
     Node,
     Ordering,
@@ -30,6 +37,7 @@ from queue_controller.core.model.objects import (
 from queue_controller.core.model.resources import Resources
 from queue_controller.core.placement.explain import count_of
 from queue_controller.core.placement.fit import EquivalenceIndex
+from queue_controller.core.placement.gangsets import SetsRefused, group_of, place_sets
 from queue_controller.core.placement.shapes import GangShape, Placement, Placer, SetShape
 from queue_controller.core.placement.topology.slices import with_topology
 from queue_controller.core.preemption.preemptor import Preemptor
@@ -67,6 +75,9 @@ class CycleResult:
     # Queue of a TeamQuota with admission fair sharing -> its decayed usage after
     # this cycle, sampled anew where its interval is up (core/quota/admissionfair.py).
     queue_usage: Mapping[QueueKey, QueueUsage] = field(default_factory=dict)
+    # Lost nodes of admitted gangs' plans and the nodes that take their members
+    # (core/cycle/replacement.py), decided before any pending gang.
+    replacements: tuple[Replacement, ...] = ()
 
 
 class _Cycle:
@@ -106,10 +117,33 @@ class _Cycle:
         if devices is not None:
             settle_usage(devices, used, self.held, snapshot.pods)
             nodes = devices.with_devices(nodes)
+        # Admitted gangs with a lost node to replace (rare: nothing is built without one).
+        by_name = {node.name: node for node in nodes}
+        lost = lost_plans(
+            admitted,
+            queues=self.queues,
+            quotas={q.name: q for q in snapshot.quotas},
+            nodes=by_name,
+            pods=snapshot.pods,
+        )
+        lost_shapes = (
+            gang_shapes([p.prepared for p in lost], self.queues, snapshot.topologies, devices)[0]
+            if lost
+            else {}
+        )
         self.placer = placer_factory(
             nodes,
             used,
-            (s.shape for sets in self.shapes.values() for s in sets),
+            (
+                s.shape
+                for shapes in (self.shapes, lost_shapes)
+                for sets in shapes.values()
+                for s in sets
+            ),
+        )
+        # Replacements first, as Kueue gives them priority: the gang already runs.
+        self.replacements = replace_lost(
+            lost, shapes=lost_shapes, placer=self.placer, nodes=by_name, used=used, held=self.held
         )
         # Nodes with some GPUs out, named when a gang does not fit (rarely any).
         self.sick_nodes = [n for n in snapshot.nodes if n.gpu_health is not None]
@@ -232,6 +266,7 @@ class _Cycle:
             awaiting_creation,
             cohorts=cohorts,
             queue_usage=self.fair_queues.result(),
+            replacements=self.replacements,
         )
 
     def _borrowing_turns(self, borrowers: list[Prepared]) -> Iterator[tuple[Prepared, Decision]]:
@@ -377,6 +412,8 @@ class _Cycle:
             queue.namespace,
             queue.name,
             tuple((s.shape.key, s.pod_set.min_count, s.pod_set.count) for s in sets),
+            # A group places its pod sets together: grouped and not are not twins.
+            tuple(map(group_of, sets)) if len(sets) > 1 else (),
             # With reservations, a gang's runtime says where it may backfill, and a
             # reserved gang is let onto its own nodes: neither has a twin.
             None if self.book is None else self._backfill_key(prepared),
@@ -437,26 +474,24 @@ class _Cycle:
         never count the same free capacity twice; if a later set does not fit,
         the earlier ones are released again (Volcano's statement discard).
         """
-        placed: list[Placement] = []
-        for index, item in enumerate(sets):
-            outcome = self.placer.try_place(item.shape, item.pod_set.min_count)
-            if isinstance(outcome, Placement):
-                self.placer.commit(item.shape, outcome)
-                placed.append(outcome)
-                continue
-            for done, placement in zip(sets, placed, strict=False):
-                self.placer.release(done.shape, placement)
-            explanation = outcome.explanation
-            if len(sets) > 1:
-                explanation = f"pod set {item.pod_set.name}: {explanation}"
-            if self.sick_nodes:
-                template, request = item.pod_set.template, prepared.requests[index]
-                note = unhealthy_note(
-                    (n for n in self.sick_nodes if may_select(n, template)), request
-                )
-                explanation += f"; {note}" if note else ""
-            return [], explanation
-        return placed, ""
+        outcome = place_sets(self.placer, sets)
+        if not isinstance(outcome, SetsRefused):
+            return outcome, ""
+        explanation = outcome.explanation
+        names = [sets[i].pod_set.name for i in outcome.pod_sets]
+        if outcome.group:
+            explanation = (
+                f"pod set{'s' if len(names) > 1 else ''} {', '.join(names)} of topology group "
+                f"{outcome.group!r}: {explanation}"
+            )
+        elif len(sets) > 1:
+            explanation = f"pod set {names[0]}: {explanation}"
+        if self.sick_nodes:
+            index = outcome.pod_sets[0]
+            template, request = sets[index].pod_set.template, prepared.requests[index]
+            note = unhealthy_note((n for n in self.sick_nodes if may_select(n, template)), request)
+            explanation += f"; {note}" if note else ""
+        return [], explanation
 
     def _attempt(self, prepared: Prepared, queue: Queue, sets: tuple[SetShape, ...]) -> Decision:
         workload = prepared.workload

@@ -12,7 +12,7 @@ from queue_controller.core.cycle.devicecatalog import DeviceCatalog
 from queue_controller.core.model.objects import PodTemplate, Queue, Topology
 from queue_controller.core.placement.shapes import GangShape, SetShape, shape_of
 from queue_controller.core.rules.prepared import Prepared
-from queue_controller.core.rules.topology import Refusal, TopologyAsk, resolve
+from queue_controller.core.rules.topology import Refusal, TopologyAsk, group_refusal, resolve
 
 
 def gang_shapes(
@@ -33,6 +33,7 @@ def gang_shapes(
     # DRA adds nothing to what a template requests (rules/prepared.py): such a gang's
     # shape is its template's, found by the template alone.
     plain: dict[PodTemplate, GangShape] = {}
+    sole: dict[tuple[object, ...], GangShape | Refusal] = {}
     for p in pending:
         if p.error:
             continue
@@ -44,13 +45,37 @@ def gang_shapes(
                 shape = plain[template] = shape_of(template, p.requests[0])
             shapes[p.workload.key] = (SetShape(pod_sets[0], shape),)
             continue
+        # Half the gangs of a big cluster ask for a topology, most with one pod set: such a
+        # gang's outcome (its shape, or why its request cannot be met) is found by its
+        # template, request, Queue and size alone, without hashing the Queue or the
+        # request's resources again for each (the general path below).
+        sole_key: tuple[object, ...] | None = None
+        if devices is None and len(pod_sets) == 1:
+            only = pod_sets[0]
+            sole_key = (
+                only.template,
+                only.topology,
+                p.workload.namespace,
+                p.workload.queue,
+                only.count,
+                only.min_count,
+            )
+            known = sole.get(sole_key)
+            if isinstance(known, GangShape):
+                shapes[p.workload.key] = (SetShape(only, known),)
+                continue
+            if known is not None:
+                refused[p.workload.key] = known
+                continue
         sets = []
         queue = queues.get((p.workload.namespace, p.workload.queue))
+        grouped = False
         for index, (pod_set, request) in enumerate(
             zip(p.workload.pod_sets, p.requests, strict=True)
         ):
             ask = None
             if pod_set.topology is not None and queue is not None:
+                grouped = grouped or bool(pod_set.topology.group)
                 several = len(p.workload.pod_sets) > 1
                 # Thousands of gangs ask alike: each request is resolved once.
                 of_set = pod_set.name if several else ""
@@ -86,6 +111,13 @@ def gang_shapes(
                     labels=labels,
                 )
             sets.append(SetShape(pod_set, shape))
+        if grouped and p.workload.key not in refused:
+            # Kueue's rules across a group's pod sets (rules/topology.py), once all are read.
+            grouping = group_refusal(pod_sets)
+            if grouping is not None:
+                refused[p.workload.key] = grouping
         if p.workload.key not in refused:
             shapes[p.workload.key] = tuple(sets)
+        if sole_key is not None:
+            sole[sole_key] = refused.get(p.workload.key) or sets[0].shape
     return shapes, refused

@@ -15,8 +15,10 @@ evaluates selectors with it is :mod:`..devices.dracel`.
 """
 
 from queue_controller.core.model.decisions import (
+    NODE_REPLACED,
     Decision,
     Reason,
+    Replacement,
     Verdict,
 )
 from queue_controller.core.model.dra import (
@@ -38,6 +40,7 @@ from queue_controller.core.model.objects import (
     GpuHealth,
     LeftOut,
     Node,
+    NodeFailure,
     NodeSelectorTerm,
     Ordering,
     PodClaim,
@@ -56,6 +59,7 @@ from queue_controller.core.model.objects import (
     Toleration,
     Topology,
     TopologyMode,
+    TopologyPlacement,
     TopologyRequest,
     UnhealthyGpu,
     WithinPolicy,
@@ -91,6 +95,7 @@ __all__ = [
     "GPU",
     "MEMORY",
     "MIG_PREFIX",
+    "NODE_REPLACED",
     "ONE",
     "AdmissionFairSharing",
     "AllocatedDevice",
@@ -107,6 +112,7 @@ __all__ = [
     "GpuHealth",
     "LeftOut",
     "Node",
+    "NodeFailure",
     "NodeSelectorTerm",
     "Ordering",
     "Overrun",
@@ -118,6 +124,7 @@ __all__ = [
     "Queue",
     "Reason",
     "ReclaimPolicy",
+    "Replacement",
     "RequeuePolicy",
     "Reservation",
     "ReservationPolicy",
@@ -133,6 +140,7 @@ __all__ = [
     "Toleration",
     "Topology",
     "TopologyMode",
+    "TopologyPlacement",
     "TopologyRequest",
     "UnhealthyGpu",
     "Verdict",

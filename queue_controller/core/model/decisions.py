@@ -139,3 +139,32 @@ def decision_for(
         kind=workload.kind,
         pod_set_placement=pod_set_placement or {},
     )
+
+
+# The event and journal reason of a lost node's members moved to a replacement node.
+NODE_REPLACED = "NodeReplaced"
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """A lost node of an admitted gang's plan, and the node that takes its members.
+
+    Kueue's TASFailedNodeReplacement: one node for one node, inside the domain the
+    gang's topology request keeps the pod set in, so the rest of the gang runs on.
+    """
+
+    key: str  # the gang's Workload.key
+    pod_set: str
+    lost: str  # the node of the plan that is lost
+    why: str  # Deleted | NotReady | GPUUnhealthy
+    node: str  # the replacement node
+    members: int  # the pod set's members planned on the lost node, now on ``node``
+    domain: str  # the domain both lie in (label values joined by "/"); "" for anywhere
+
+    def describe(self) -> str:
+        where = f" in domain {self.domain}" if self.domain else ""
+        plural = "member" if self.members == 1 else "members"
+        return (
+            f"node {self.lost} is lost ({self.why}): its {self.members} {plural} of pod set "
+            f"{self.pod_set} go to node {self.node}{where}"
+        )

@@ -198,6 +198,9 @@ class BoundPod:
     # its pod set; "" for the pod set: the workload's first.
     workload: str = ""
     pod_set: str = ""
+    # Being deleted (metadata.deletionTimestamp): it still holds its node until it is
+    # gone, but as a member of its gang it is lost (a NotReady node's evicted pod).
+    deleting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,12 +268,22 @@ class AdmissionFairSharing:
     resource_weights: Mapping[str, int] = field(default_factory=dict)
 
 
+class NodeFailure(StrEnum):
+    """What an admitted topology gang does when a node of its plan is lost
+    (``spec.onNodeFailure`` of a Queue or TeamQuota; Kueue's TASFailedNodeReplacement)."""
+
+    REPLACE = "Replace"  # move the lost node's members to a node of the same domain
+    EVICT = "Evict"  # lose the members; the MembersLost timeout evicts the gang whole
+
+
 @dataclass(frozen=True, slots=True)
 class TeamQuota:
     name: str
     resources: Mapping[str, ResourceQuota]
     cohort: str = ""
     preemption: Preemption = Preemption()
+    # What its Queues' gangs do when a node of theirs is lost, unless a Queue says.
+    on_node_failure: NodeFailure = NodeFailure.EVICT
     # spec.fairSharing.weight, in thousandths (1000 = weight 1): a quota's share of
     # what it borrows is divided by it.  Zero: it borrows only what nobody else wants.
     fair_weight: int = 1000
@@ -349,6 +362,8 @@ class Queue:
     consumed: Mapping[str, float] = field(default_factory=dict, compare=False)
     consumed_at: float | None = None
     reservation: ReservationPolicy = RESERVATION_OFF
+    # spec.onNodeFailure; None: its TeamQuota's (core/cycle/replacement.py).
+    on_node_failure: NodeFailure | None = None
 
 
 class TopologyMode(StrEnum):
@@ -373,6 +388,18 @@ class TopologyRequest:
     slice_size: int = 0  # 0: no slices
     slice_level: str = ""  # every slice_size consecutive members (by index) in one domain
     field: str = ""
+    # Kueue's podset-group-name: pod sets of one workload naming the same group are placed
+    # together, in one domain of their (shared) level; "" when in no group.  Where it was
+    # written, so that a refusal of the group names the annotation.
+    group: str = ""
+    group_field: str = ""
+
+
+class TopologyPlacement(StrEnum):
+    """How a Topology spreads a preferred gang that is split (its ``spec.placement``)."""
+
+    BEST_FIT = "BestFit"  # pack: in-use and tightest domains first, fewest parts
+    BALANCED = "Balanced"  # Kueue's TASBalancedPlacement: the parts as even as they can be
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +408,7 @@ class Topology:
 
     name: str
     levels: tuple[str, ...]
+    placement: TopologyPlacement = TopologyPlacement.BEST_FIT
 
 
 class WorkloadPhase(StrEnum):
@@ -465,6 +493,11 @@ class Workload:
     no_fit_since: float | None = None
     # The nodes held for it from an estimated start (PodGroup status.reservedPlacement).
     reservation: Reservation | None = None
+    # An admitted gang's topology record (PodGroup status.topologyAssignment): pod set ->
+    # its domain (label values joined by "/"), and pod set -> its slices (node ->
+    # members of each).  What a lost node's domain was, once the node is gone.
+    topology_domains: Mapping[str, str] = field(default_factory=dict)
+    slices: Mapping[str, tuple[Mapping[str, int], ...]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

@@ -4,7 +4,8 @@
 ``nodeclasses`` groups interchangeable nodes into classes; ``explain`` words
 why nodes refused; ``fit`` is the equivalence index that places gangs over
 classes and buckets; ``podscan`` places pod by pod, as a scheduler without
-gang admission would.  ``topology/`` keeps a gang within racks and blocks.
+gang admission would; ``gangsets`` places a gang's pod sets as one transaction,
+a topology group's together.  ``topology/`` keeps a gang within racks and blocks.
 
 Independent of :mod:`..quota`: only preemption and the cycle use both.
 """

@@ -56,9 +56,10 @@ from queue_controller.core.placement.nodeclasses import (
     node_facts,
     referenced_node_fields,
 )
-from queue_controller.core.placement.shapes import GangShape, Placement, Shortfall
+from queue_controller.core.placement.shapes import GangShape, GroupShortfall, Placement, Shortfall
 from queue_controller.core.placement.topology.domains import DomainPlacement, DomainSearch
 from queue_controller.core.placement.topology.domaintree import Skeleton, Totals
+from queue_controller.core.placement.topology.groups import Apart, Member, place_group
 from queue_controller.core.placement.topology.slices import placement_on
 from queue_controller.core.rules.nodes import exclusion
 from queue_controller.core.rules.topology import HOSTNAME
@@ -263,6 +264,42 @@ class EquivalenceIndex:
         # Too little room anywhere: said as for any gang (over classes that ignore topology).
         explanation = found.explanation or self._explain(shape, count, found.fits)
         return Shortfall(found.fits, count, explanation)
+
+    def try_place_group(
+        self, items: Sequence[tuple[GangShape, int]]
+    ) -> list[Placement] | GroupShortfall:
+        """Pod sets of one group in one domain (topology/groups.py); changes nothing."""
+        fine = self._fine or self
+        assert fine._by_topology, "a topology shape must be among the index's shapes"
+        shapes = [shape for shape, _ in items]
+        # One Placement per tentative take, so that a give-back returns what it took
+        # (devices are keyed by the placement); forgotten on give-back, as ids are reused.
+        taken: dict[int, Placement] = {}
+
+        def take(i: int, placed: DomainPlacement, sign: int) -> None:
+            if sign > 0:
+                placement = taken[id(placed)] = Placement(placed.nodes)
+            else:
+                placement = taken.pop(id(placed))
+            fine._take(shapes[i], placement, sign)
+
+        def fits_on(i: int, node: str) -> int:
+            found = fine._where.get(node)
+            eligible = fine._eligible(shapes[i]).classes
+            if found is None or not any(c is found[0] for c in eligible):
+                return 0
+            return fine._request(shapes[i]).fits(found[1])
+
+        members = [Member(fine._search(shape), count) for shape, count in items]
+        found = place_group(members, fine._moved, take, fits_on)
+        if not isinstance(found, Apart):
+            return [Placement(p.nodes, p.domain, p.slices) for p in found]
+        if found.member is None:
+            needed = sum(count for _, count in items)
+            return GroupShortfall(None, Shortfall(found.fits, needed, found.explanation))
+        shape, count = items[found.member]
+        explanation = found.explanation or self._explain(shape, count, found.fits)
+        return GroupShortfall(found.member, Shortfall(found.fits, count, explanation))
 
     def _search(self, shape: GangShape) -> DomainSearch:
         ask = shape.topology

@@ -7,9 +7,9 @@ lets placement reason about counts per node instead of pod by pod.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from queue_controller.core.devices.dims import DeviceDims, is_device_dimension
 from queue_controller.core.model.objects import PodSet, PodTemplate
@@ -88,6 +88,25 @@ class Shortfall:
     fits: int  # members that could be placed at once
     needed: int
     explanation: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShortfall:
+    """Why a group of pod sets (Kueue's podset-group-name) was not placed together."""
+
+    member: int | None  # the member that does not fit even alone; None: not together
+    shortfall: Shortfall
+
+
+@runtime_checkable
+class GroupPlacer(Protocol):
+    """A placer that keeps a group of pod sets in one domain of their shared level."""
+
+    def try_place_group(
+        self, items: Sequence[tuple[GangShape, int]]
+    ) -> list[Placement] | GroupShortfall:
+        """Each (shape, members) placed, all in one domain; changes nothing, as try_place."""
+        ...
 
 
 class Placer(Protocol):

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from queue_controller.core.model.objects import Node
 from queue_controller.core.model.resources import Resources
-from queue_controller.core.placement.shapes import GangShape, Placement, Placer, SetShape
+from queue_controller.core.placement.gangsets import SetsRefused, place_sets
+from queue_controller.core.placement.shapes import GangShape, Placer, SetShape
 
 PlacerFactory = Callable[[Sequence[Node], Mapping[str, Resources], Sequence[GangShape]], Placer]
 Usage = Mapping[str, Mapping[str, int]]  # node -> resource -> amount
@@ -52,14 +53,13 @@ def choose(
     def placed_after(k: int) -> dict[str, dict[str, int]] | None:
         room = _without(used, ending[:k])
         index = placer(nodes, room, shapes)
-        out: dict[str, dict[str, int]] = {}
-        for item in sets:
-            outcome = index.try_place(item.shape, item.pod_set.min_count)
-            if not isinstance(outcome, Placement):
-                return None
-            index.commit(item.shape, outcome)
-            out[item.pod_set.name] = dict(sorted(outcome.nodes.items()))
-        return out
+        placed = place_sets(index, sets)
+        if isinstance(placed, SetsRefused):
+            return None
+        return {
+            item.pod_set.name: dict(sorted(p.nodes.items()))
+            for item, p in zip(sets, placed, strict=True)
+        }
 
     if placed_after(len(ending)) is None:
         return None

@@ -10,7 +10,7 @@ where the request was written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from queue_controller.core.model.objects import (
@@ -18,6 +18,7 @@ from queue_controller.core.model.objects import (
     Queue,
     Topology,
     TopologyMode,
+    TopologyPlacement,
     TopologyRequest,
 )
 
@@ -36,6 +37,9 @@ class TopologyAsk:
     depth: int  # the requested level; UNCONSTRAINED, a domain depth, or len(levels): a node
     slice_size: int = 0
     slice_depth: int = UNCONSTRAINED
+    # The Topology's spec.placement is Balanced: a preferred gang that is split is split
+    # evenly (core/placement/topology/balanced.py); otherwise best fit.
+    balanced: bool = False
 
     @property
     def node_depth(self) -> int:
@@ -98,7 +102,8 @@ def resolve(
                 f"{topology.name} (its levels: {known})",
             )
         depth = found
-    ask = TopologyAsk(topology.name, levels, has_hostname, request.mode, depth)
+    balanced = topology.placement is TopologyPlacement.BALANCED
+    ask = TopologyAsk(topology.name, levels, has_hostname, request.mode, depth, balanced=balanced)
     if not request.slice_size:
         return ask
     slice_depth = depth_of(request.slice_level)
@@ -121,4 +126,50 @@ def resolve(
             f"{where}{of_set}: slice size {k} does not divide the pod set's "
             f"{pod_set.min_count} members",
         )
-    return TopologyAsk(topology.name, levels, has_hostname, request.mode, depth, k, slice_depth)
+    return TopologyAsk(
+        topology.name, levels, has_hostname, request.mode, depth, k, slice_depth, balanced
+    )
+
+
+def group_refusal(pod_sets: Sequence[PodSet]) -> Refusal | None:
+    """Why the workload's pod-set groups cannot be placed as written, as Kueue's webhook
+    says it (ValidatePodSetGroupingTopology); None when they can, or there are none.
+
+    A group is a leader and its workers: exactly two pod sets, one of them a single pod,
+    asking for the same level the same way (both required, or both preferred).  Kueue
+    refuses anything else, so that a workload moved between the two means the same.
+    """
+    groups: dict[str, list[PodSet]] = {}
+    for pod_set in pod_sets:
+        if pod_set.topology is not None and pod_set.topology.group:
+            groups.setdefault(pod_set.topology.group, []).append(pod_set)
+    for name, members in groups.items():
+        first = members[0].topology
+        assert first is not None
+        where = first.group_field or "topology group"
+        names = ", ".join(p.name for p in members)
+        if len(members) != 2:
+            return Refusal(
+                False,
+                f"{where}: group {name!r} has {len(members)} pod set(s) ({names}); a group "
+                "is exactly 2 pod sets, a leader and its workers (as in Kueue)",
+            )
+        leader, workers = members
+        if leader.count != 1 and workers.count != 1:
+            return Refusal(
+                False,
+                f"{where}: group {name!r} has {leader.count} and {workers.count} pods; one "
+                "of its 2 pod sets must be a single pod, the leader (as in Kueue)",
+            )
+        other = workers.topology
+        assert other is not None
+        unconstrained = first.mode is TopologyMode.UNCONSTRAINED
+        if unconstrained or (first.mode, first.level) != (other.mode, other.level):
+            return Refusal(
+                False,
+                f"{where}: group {name!r}: pod sets {leader.name} and {workers.name} must ask "
+                f"for the same level the same way (both required or both preferred); they "
+                f"ask {first.mode.value.lower()} {first.level!r} and "
+                f"{other.mode.value.lower()} {other.level!r}",
+            )
+    return None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from queue_controller.core.model import TopologyMode, TopologyRequest
 
 __all__ = [
+    "GROUP",
     "PREFERRED",
     "REQUIRED",
     "SLICE_REQUIRED",
@@ -53,6 +54,7 @@ SLICE_REQUIRED = Annotation(
 SLICE_SIZE = Annotation(
     "queue-controller.io/topology-slice-size", "kueue.x-k8s.io/podset-slice-size"
 )
+GROUP = Annotation("queue-controller.io/topology-group", "kueue.x-k8s.io/podset-group-name")
 
 
 class _Refused(Exception):
@@ -94,7 +96,17 @@ def _unconstrained(read: tuple[str, str] | None) -> tuple[str, str] | None:
     return read if value == "true" else None
 
 
+# Kueue's layered slices (TASMultiLayerTopology): not placed here yet.  Refused by name
+# rather than ignored, which would place the gang without the slices its author asked for.
+LAYERED = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+
+
 def _request(annotations: Mapping[str, str], prefix: str, no_index: str) -> TopologyRequest | None:
+    if LAYERED in annotations:
+        raise _Refused(
+            f"{prefix}[{LAYERED}]: layered slices are not supported yet; ask for one slice "
+            "level (topology-slice-required and topology-slice-size)"
+        )
     required = _read(annotations, REQUIRED, prefix)
     preferred = _read(annotations, PREFERRED, prefix)
     unconstrained = _unconstrained(_read(annotations, UNCONSTRAINED, prefix))
@@ -120,6 +132,9 @@ def _request(annotations: Mapping[str, str], prefix: str, no_index: str) -> Topo
         if no_index:
             raise _Refused(f"{slice_level[1]}: {no_index}")
         size = int(raw)
+    group = _read(annotations, GROUP, prefix)
+    if group is not None:
+        _check_group(group, required or preferred, slice_level or slice_size)
     if not modes and not size:
         return None
     if required is not None:
@@ -137,7 +152,31 @@ def _request(annotations: Mapping[str, str], prefix: str, no_index: str) -> Topo
         slice_size=size,
         slice_level=_level(slice_level) if slice_level is not None and size else "",
         field=field,
+        group=group[0] if group is not None else "",
+        group_field=group[1] if group is not None else "",
     )
+
+
+def _check_group(
+    group: tuple[str, str], level: tuple[str, str] | None, sliced: tuple[str, str] | None
+) -> None:
+    """Kueue's rules for one pod set's group annotation (the rules across the pod sets
+    of a group, which need them all, are the core's: rules/topology.py)."""
+    value, field = group
+    if not value.strip():
+        raise _Refused(f"{field}: empty; name the group the pod set is placed with")
+    if value.isascii() and value.isdigit():
+        # Kueue refuses a number: a group is a name, not an index.
+        raise _Refused(f"{field}: {_quoted(value)} must not be a number")
+    if level is None:
+        raise _Refused(
+            f"{field}: a group is placed in one domain of a level; it needs "
+            f"{REQUIRED.ours} or {PREFERRED.ours} (or Kueue's) on the same pod template"
+        )
+    if sliced is not None:
+        # As Kueue without its TASGroupedPodSetSlicing gate: slices of grouped pod sets
+        # would need one index across two templates, which no kind gives.
+        raise _Refused(f"{field}: may not be set together with {sliced[1]}")
 
 
 def topology_request(

@@ -30,6 +30,10 @@ Reservation with backfill (:mod:`.reserving`) is off, or on for every Queue
 ``compare`` runs each ``gang-fit`` run again as ``<run>+reservation``.  Only
 gang-fit places gangs exactly, so only there is a gang refused ``NoNodeFit``
 and reserved for; the other policies always run without it.
+
+Topology placement (``--topology-placement``) sets every Topology's
+``spec.placement``: best fit (the default), balanced, or both, ``compare``
+running each ``gang-fit`` run again as ``<run>+balanced`` on the same workload.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 
 from queue_controller.core import Preemption, ReclaimPolicy, ReservationPolicy, WithinPolicy
+from queue_controller.core.model import TopologyPlacement
 from queue_controller.sim.engine.reserving import DEFAULT_ETA_SAMPLES, with_reservation
 from queue_controller.sim.engine.run import PolicyRun, Progress, Record
 from queue_controller.sim.measurement.fluid import fluid_bound, saturated_allocation
@@ -46,6 +51,7 @@ from queue_controller.sim.measurement.results import PolicyResult, SimulationRep
 from queue_controller.sim.scenario.gpus import capacity
 from queue_controller.sim.scenario.policy import Policy
 from queue_controller.sim.scenario.spec import Faults, Scenario
+from queue_controller.sim.scenario.topologyspec import with_placement
 from queue_controller.sim.world.faults import FaultPlan
 
 POLICIES = ("gang-fit", "quota-only", "per-pod")
@@ -53,6 +59,10 @@ ADMITTING = ("gang-fit", "quota-only")  # the policies that run the core, quotas
 PREEMPTION_MODES = ("as-configured", "off", "on", "compare")
 WITH_PREEMPTION = "+preemption"
 RESERVATION_MODES = ("off", "on", "compare")
+# How the Topologies split a preferred gang (spec.placement); compare runs each gang-fit
+# run with best fit and again as <run>+balanced.  Only gang-fit places by domain.
+TOPOLOGY_PLACEMENT_MODES = ("best-fit", "balanced", "compare")
+WITH_BALANCED = "+balanced"
 WITH_RESERVATION = "+reservation"
 # What `--preemption on` gives a TeamQuota that sets no preemption policy: Kueue's
 # common choice, so that a lender takes its nominal back from any borrower, and a
@@ -83,8 +93,35 @@ def runs(
     preemption: str,
     reservation: str = "off",
     reservation_policy: ReservationPolicy | None = None,
+    topology_placement: str = "best-fit",
 ) -> list[tuple[str, Scenario]]:
     """(run name, the scenario it runs) for each policy in ``compare``, in that order."""
+    if topology_placement not in TOPOLOGY_PLACEMENT_MODES:
+        raise ValueError(
+            f"unknown topology placement {topology_placement!r}; "
+            f"choose from {TOPOLOGY_PLACEMENT_MODES}"
+        )
+    out = _reservation_runs(scenario, compare, preemption, reservation, reservation_policy)
+    if topology_placement == "best-fit":
+        return out
+    placed: list[tuple[str, Scenario]] = []
+    for name, variant in out:
+        if name.split("+", 1)[0] != "gang-fit":
+            placed.append((name, variant))
+            continue
+        if topology_placement == "compare":
+            placed.append((name, variant))
+        placed.append((name + WITH_BALANCED, with_placement(variant, TopologyPlacement.BALANCED)))
+    return placed
+
+
+def _reservation_runs(
+    scenario: Scenario,
+    compare: Sequence[str],
+    preemption: str,
+    reservation: str,
+    reservation_policy: ReservationPolicy | None,
+) -> list[tuple[str, Scenario]]:
     if reservation not in RESERVATION_MODES:
         raise ValueError(
             f"unknown reservation mode {reservation!r}; choose from {RESERVATION_MODES}"
@@ -136,6 +173,7 @@ def simulate(
     reservation_policy: ReservationPolicy | None = None,
     estimate_noise: float = 0.0,
     eta_samples: int = DEFAULT_ETA_SAMPLES,
+    topology_placement: str = "best-fit",
 ) -> SimulationReport:
     """Replay ``scenario`` under each policy in ``compare`` and measure them side by side."""
     unknown = [name for name in compare if name not in POLICIES]
@@ -145,7 +183,9 @@ def simulate(
     total = sum(capacity(node) for node in scenario.nodes)
     bound = fluid_bound(scenario)
     results: dict[str, PolicyResult] = {}
-    for name, variant in runs(scenario, compare, preemption, reservation, reservation_policy):
+    for name, variant in runs(
+        scenario, compare, preemption, reservation, reservation_policy, topology_placement
+    ):
         started = time.perf_counter()
         run = PolicyRun(
             name,

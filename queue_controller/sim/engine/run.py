@@ -456,8 +456,16 @@ class PolicyRun(Binding, Preempting, NodeFaults, Reserving):
             if not j.fully_placed and j.request
         }
         self.meters.stranded(self.scheduler.stranded_gpus(waiting), STRANDED_SAMPLE_SECONDS)
+        if self.domains.rack_of:
+            self.domains.sample(self._free_and_total)
         if self.events:
             self.push(self.now + STRANDED_SAMPLE_SECONDS, Kind.SAMPLE)
+
+    def _free_and_total(self, node: str) -> tuple[float, float] | None:
+        book = self.book
+        if node in book.down:
+            return None
+        return self.scheduler.gpus_of(node, book.free[node]), book.gpus[node]
 
     # -- output ----------------------------------------------------------------
 

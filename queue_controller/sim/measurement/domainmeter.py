@@ -15,11 +15,17 @@
   decision that says anything else (a gang not decided in a cycle keeps its last
   answer: nothing it waits for changed).  Measured where the core places
   (gang-fit); quota-only's placer never refuses, and per-pod has no admission.
+- **Fragmentation**, sampled with stranded capacity (every 5 minutes) over the
+  nodes inside a Topology that is used: the share of their free GPUs that lie on
+  nodes partly in use (a gang needing whole nodes cannot have them), and the
+  share of the narrowest domains (racks) with free GPUs that are *broken*, partly
+  in use (a gang needing a whole rack cannot have it).  Averaged over samples;
+  what best fit and balanced placement (``--topology-placement``) trade.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from queue_controller.core import Decision, Queue, Verdict
 from queue_controller.core.model import ONE, TopologyMode, TopologyRequest
@@ -53,6 +59,16 @@ class DomainMeter:
         self.wait_gpu_seconds = 0.0
         self._waiting_since: dict[str, float] = {}
         self._gpus: dict[tuple[object, ...], float] = {}
+        # Node -> its narrowest domain, for the nodes inside a Topology some Queue uses.
+        self.rack_of: dict[str, tuple[str | None, ...]] = {}
+        for levels in set(self.levels.values()):
+            domain_levels = [key for key in levels if key != HOSTNAME]
+            for node in nodes:
+                if domain_levels and all(key in node.labels for key in domain_levels):
+                    self.rack_of[node.name] = tuple(node.labels.get(k) for k in domain_levels)
+        self.samples = 0
+        self._free_on_used = 0.0
+        self._broken = 0.0
 
     @property
     def active(self) -> bool:
@@ -110,6 +126,36 @@ class DomainMeter:
         self.in_domain += in_one_domain(
             request, levels, [n for n, c in bound.items() if c], self.labels
         )
+
+    # -- fragmentation ------------------------------------------------------------
+
+    def sample(self, free_and_total: Callable[[str], tuple[float, float] | None]) -> None:
+        """One look at the Topology's nodes: node -> (free GPUs, GPUs), None when down."""
+        free_all = free_partly = 0.0
+        racks: dict[tuple[str | None, ...], tuple[bool, bool]] = {}  # (some free, some used)
+        for node, rack in self.rack_of.items():
+            seen = free_and_total(node)
+            if seen is None or seen[1] <= 0:
+                continue
+            free, total = seen
+            used = total - free > 1e-9
+            free_all += free
+            if used:
+                free_partly += free
+            some_free, some_used = racks.get(rack, (False, False))
+            racks[rack] = (some_free or free > 1e-9, some_used or used)
+        with_free = [used for some_free, used in racks.values() if some_free]
+        if free_all <= 1e-9 or not with_free:
+            return  # nothing free: nothing to fragment
+        self.samples += 1
+        self._free_on_used += free_partly / free_all
+        self._broken += sum(with_free) / len(with_free)
+
+    def fragmentation(self) -> tuple[float | None, float | None]:
+        """(free GPUs on partly used nodes, broken racks), each a mean share; None: unseen."""
+        if not self.samples:
+            return None, None
+        return self._free_on_used / self.samples, self._broken / self.samples
 
     def preferred_fraction(self) -> float | None:
         return self.in_domain / self.preferred if self.preferred else None

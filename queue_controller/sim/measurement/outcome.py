@@ -105,10 +105,13 @@ def _topology(domains: DomainMeter | None) -> TopologyFigures | None:
     if domains is None or not domains.active:
         return None
     hours = domains.wait_gpu_hours()
+    on_used, broken = domains.fragmentation()
     return TopologyFigures(
         preferred_placements=domains.preferred,
         preferred_in_domain=_rounded(domains.preferred_fraction(), 4),
         domain_wait_gpu_hours=_rounded(hours, 2),
+        free_on_used_nodes=_rounded(on_used, 4),
+        broken_domains=_rounded(broken, 4),
     )
 
 

@@ -78,6 +78,9 @@ class TopologyFigures:
     preferred_placements: int  # placements of gangs that asked for a Preferred level
     preferred_in_domain: float | None  # of them, inside one domain of it; None: none
     domain_wait_gpu_hours: float | None  # None where not measured (no core placement)
+    # Fragmentation inside the Topology (sim.domainmeter): mean shares; None: not sampled.
+    free_on_used_nodes: float | None = None  # of free GPUs, on nodes partly in use
+    broken_domains: float | None = None  # of the narrowest domains with room, partly in use
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,6 +114,8 @@ def policy_json(result: PolicyResult) -> dict[str, object]:
             "preferred_placements": result.topology.preferred_placements,
             "preferred_in_domain": _fraction(result.topology.preferred_in_domain),
             "domain_wait_gpu_hours": _amount(result.topology.domain_wait_gpu_hours),
+            "free_on_used_nodes": _fraction(result.topology.free_on_used_nodes),
+            "broken_domains": _fraction(result.topology.broken_domains),
         },
         "cycles": result.cycles,
         "simulated_seconds": _amount(result.simulated_seconds),
@@ -219,6 +221,24 @@ _TOPOLOGY_ROWS: tuple[_Row, ...] = (
             _NONE
             if r.topology is None or r.topology.domain_wait_gpu_hours is None
             else gpu_hours(r.topology.domain_wait_gpu_hours)
+        ),
+        None,
+    ),
+    (
+        "Free GPUs on partly used nodes",
+        lambda r: (
+            _NONE
+            if r.topology is None or r.topology.free_on_used_nodes is None
+            else percent(r.topology.free_on_used_nodes)
+        ),
+        None,
+    ),
+    (
+        "Racks with room that are broken",
+        lambda r: (
+            _NONE
+            if r.topology is None or r.topology.broken_domains is None
+            else percent(r.topology.broken_domains)
         ),
         None,
     ),

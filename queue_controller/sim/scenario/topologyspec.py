@@ -31,7 +31,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from queue_controller.core.model import Topology, TopologyMode, TopologyRequest
+from queue_controller.core.model import Topology, TopologyMode, TopologyPlacement, TopologyRequest
 from queue_controller.core.rules import HOSTNAME
 from queue_controller.dump import StrictLoader
 from queue_controller.errors import InputError
@@ -206,3 +206,10 @@ def _divides(rule: GangRule, pods: int) -> bool:
     # A slice size that does not divide the gang is the core's InvalidSpec: a drawn
     # rule skips such a gang instead of making it invalid.
     return not rule.sliceSize or pods % rule.sliceSize == 0
+
+
+def with_placement(scenario: Scenario, placement: TopologyPlacement) -> Scenario:
+    """``scenario`` with every Topology's ``spec.placement`` set (``--topology-placement``):
+    the same cluster, workload and requests, split by best fit or balanced."""
+    topologies = tuple(replace(t, placement=placement) for t in scenario.topologies)
+    return replace(scenario, topologies=topologies)

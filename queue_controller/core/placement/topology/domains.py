@@ -17,7 +17,8 @@ domain already in use comes before an empty one, and among those the one with
 the least room for this gang (best fit by domain), then by name.  Comparing
 from the top keeps a whole block whole before it keeps a whole rack whole:
 breaking a block costs every gang that needs a block, breaking a rack only
-those that need a rack.
+those that need a rack.  A Topology with ``spec.placement: Balanced`` spreads a
+preferred gang evenly instead, where it must be split (``balanced.py``).
 
 Required: one domain of the level, or not admitted.  Preferred: the narrowest
 domain that holds it, from the requested level up to the broadest; failing
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from queue_controller.core.model.objects import TopologyMode
 from queue_controller.core.model.quantity import format_milli
+from queue_controller.core.placement.topology import balanced
 from queue_controller.core.placement.topology.domaintree import Domain, Totals
 from queue_controller.core.placement.topology.slices import cut, domain_name
 from queue_controller.core.rules.topology import UNCONSTRAINED, TopologyAsk
@@ -137,10 +139,28 @@ class DomainSearch:
             return refused[2]
         self.totals.sync(moved)
         self._ranks.clear()
-        found = self._search(count)
+        # A Balanced Topology's preferred gang, when one domain above its level holds it.
+        parts = balanced.place(self, count // self.k) if self.ask.balanced else None
+        found = self._placed(parts) if parts else self._search(count)
         if isinstance(found, DomainShortfall):
             self._refused = (count, len(moved), found)
         return found
+
+    def sync(self, moved: Sequence[int]) -> None:
+        """Catch up with the classes that moved (a group's search reads room and ranks)."""
+        self.totals.sync(moved)
+        self._ranks.clear()
+
+    def place_within(
+        self, path: tuple[str, ...], count: int, moved: Sequence[int]
+    ) -> DomainPlacement | None:
+        """``count`` members inside the domain at ``path`` (a group's domain, chosen for the
+        whole group), as the usual fill places them there; None if they do not fit."""
+        self.sync(moved)
+        domain = self.skeleton.by_path.get(path)
+        if domain is None or self.units(domain) < count // self.k:
+            return None
+        return self._placed(self._fill(domain, count // self.k))
 
     def _search(self, count: int) -> DomainPlacement | DomainShortfall:
         ask, root = self.ask, self.skeleton.root
@@ -244,26 +264,34 @@ class DomainSearch:
                 f"the gang needs {count // self.k} in one {level}",
             )
         root = self.skeleton.root
-        amount = self.totals.views(root)[0].request.pairs[0][1] if root.classes else 0
-        most = max((self._free(d, per_node=on_node) for d in domains), default=0)
+        view = self.totals.view_of(root.classes[0]) if root.classes else None
+        resource, amount = view.request.pairs[0] if view is not None else (0, 0)
+        total, most = self._free(resource, ask.depth, per_node=on_node)
         res = self.resource
         return DomainShortfall(
             best,
-            f"{format_milli(self._free(root), res)} {res} free in total in Topology "
+            f"{format_milli(total, res)} {res} free in total in Topology "
             f"{ask.topology}, at most {format_milli(most, res)} in any one {level} ({label}); "
             f"the gang needs {format_milli(count * amount, res)} in one {level}",
         )
 
-    def _free(self, domain: Domain, *, per_node: bool = False) -> int:
-        """The scarce resource free in ``domain`` (or on its freest node)."""
+    def _free(self, resource: int, depth: int, *, per_node: bool) -> tuple[int, int]:
+        """The scarce resource (a dimension index) free in the whole topology, and the most
+        free in any one domain of ``depth`` (or on any one node), in one pass over the
+        node classes (their free buckets alone: no gang's view needs bringing up to date)."""
+        skeleton = self.skeleton
         total = most = 0
-        for view in self.totals.views(domain):
-            index = view.request.pairs[0][0]
-            for free, names in view.node_class.buckets.items():
-                spare = max(0, free[index])
+        by_domain: dict[int, int] = {}
+        for index in skeleton.root.classes:
+            for free, names in skeleton.node_classes[index].buckets.items():
+                spare = max(0, free[resource])
                 total += spare * len(names)
-                most = max(most, spare)
-        return most if per_node else total
+                if per_node:
+                    most = max(most, spare)
+                else:
+                    domain = skeleton.chains[index][depth + 1].id  # chains start at the root
+                    by_domain[domain] = by_domain.get(domain, 0) + spare * len(names)
+        return total, most if per_node else max(by_domain.values(), default=0)
 
 
 def choose_units(views: Sequence[ClassView], units: int, k: int) -> dict[str, int]:

@@ -62,6 +62,10 @@ class Skeleton:
         self.by_depth: dict[int, list[Domain]] = {depth: [] for depth in range(len(levels))}
         self.chains: dict[int, tuple[Domain, ...]] = {}  # class -> domains holding it
         self.class_nodes: dict[int, int] = {}
+        self.node_classes: dict[int, NodeClass] = {}  # what a refusal's message reads
+        # Path -> domain: a group's pod sets have a tree each (their nodes may differ), and
+        # meet in the domain of one path.
+        self.by_path: dict[tuple[str, ...], Domain] = {(): self.root}
         for node_class in classes:
             labels = node_class.sample.labels
             path = [labels.get(key) for key in levels]
@@ -77,11 +81,13 @@ class Skeleton:
                     domain.children[value] = child
                     self.domains.append(child)
                     self.by_depth[depth].append(child)
+                    self.by_path[child.path] = child
                 domain = child
                 chain.append(domain)
             for member in chain:
                 member.classes.append(node_class.index)
             self.chains[node_class.index] = tuple(chain)
+            self.node_classes[node_class.index] = node_class
             self.class_nodes[node_class.index] = node_class.node_count()
 
     def leaves(self) -> list[Domain]:
