@@ -55,7 +55,8 @@ def ready(cluster: Cluster, node: str) -> bool | None:
         found = cluster.core.read_node(node)
     except ApiException:
         return None
-    return any(c.type == "Ready" and c.status == "True" for c in found.status.conditions) or None
+    conditions = found.status.conditions or []  # none yet on a Node just created again
+    return any(c.type == "Ready" and c.status == "True" for c in conditions) or None
 
 
 def test_chaos_node_loss_replaces_one_member_inside_the_rack_and_the_others_never_restart(

@@ -90,3 +90,25 @@ def test_a_balanced_topology_splits_a_preferred_gang_evenly() -> None:
     assert even["placement"] == {"r3-n0": 6, "r4-n0": 6}
     assert even["domains"] == {"main": "b2"}
     assert required["placement"] == {"r3-n0": 2}
+
+
+def test_layered_slices_nest_host_slices_in_rack_slices_and_a_malformed_layer_is_refused() -> None:
+    """Issue 29, item 3 (tests/plan/dumps/topology-layers.yaml says why each goes where)."""
+    layered, malformed = plan_json("topology-layers.yaml")
+    assert (layered["decision"], layered["reason"]) == ("Admit", "Admitted")
+    assert layered["placement"] == {"r1-n0": 2, "r1-n1": 2, "r2-n1": 8}
+    assert layered["domains"] == {"main": "b1"}
+    # The recorded slices are the host slices, in index order; each two consecutive ones
+    # (a rack slice of 4) lie in one rack: r2, r2, then r1 over its two nodes.
+    slices = layered["slices"]["main"]
+    assert slices == [{"r2-n1": 2}] * 4 + [{"r1-n0": 2}, {"r1-n1": 2}]
+    assert [{n[:2] for s in slices[i : i + 2] for n in s} for i in (0, 2, 4)] == [
+        {"r2"},
+        {"r2"},
+        {"r1"},
+    ]
+    assert (malformed["decision"], malformed["reason"]) == ("Invalid", "InvalidSpec")
+    assert malformed["message"] == (
+        "spec.template.metadata.annotations[queue-controller.io/topology-slices][1].size: "
+        "3 does not divide the size of the layer above (4)"
+    )

@@ -233,11 +233,18 @@ def test_a_group_written_wrong_names_the_annotation(written: dict[str, str], nee
     assert "topology-group" in error or "podset-group-name" in error
 
 
-def test_kueue_s_layered_slices_are_refused_by_name_not_ignored() -> None:
+def test_layered_slices_in_a_group_are_refused_naming_the_group() -> None:
+    # As Kueue: podset-group-name may not be set with the layered slices annotation.
     layered = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
     request, error = topology_request(
-        {"kueue.x-k8s.io/podset-required-topology": RACK, layered: '[{"topology": "x"}]'},
+        {
+            "kueue.x-k8s.io/podset-required-topology": RACK,
+            "kueue.x-k8s.io/podset-group-name": "g",
+            layered: '[{"topology": "kubernetes.io/hostname", "size": 2}]',
+        },
         prefix=TPL,
     )
     assert request is None
-    assert error.startswith(f"{TPL}[{layered}]: layered slices are not supported yet")
+    assert error == (
+        f"{TPL}[kueue.x-k8s.io/podset-group-name]: may not be set together with {TPL}[{layered}]"
+    )

@@ -169,7 +169,7 @@ class _Search:
                 continue
             for other in sorted(one):
                 found = self.path(other, ask) if other not in self.plan.why else None
-                if found is not None and depth <= ask.slice_depth:
+                if found is not None and depth <= ask.cut_depth:
                     return found[: depth + 1]
         recorded = self.workload.topology_domains.get(pod_set, "")
         parts = tuple(recorded.split("/")) if recorded else ()
@@ -230,8 +230,8 @@ class _Search:
 def _depth(ask: TopologyAsk) -> int:
     """The narrowest domain level the pod set is kept in (UNCONSTRAINED: the Topology)."""
     depths = [ask.depth] if ask.depth != UNCONSTRAINED else []
-    if ask.slice_size and ask.slice_depth < ask.node_depth:
-        depths.append(ask.slice_depth)
+    # Every slice layer above the node (layered slices: the narrowest such layer binds).
+    depths += [depth for depth, _ in ask.layers if depth < ask.node_depth]
     return max(depths, default=UNCONSTRAINED)
 
 

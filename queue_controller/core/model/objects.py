@@ -388,6 +388,11 @@ class TopologyRequest:
     slice_size: int = 0  # 0: no slices
     slice_level: str = ""  # every slice_size consecutive members (by index) in one domain
     field: str = ""
+    # Layered slices (Kueue's podset-slice-required-topology-constraints): the layers
+    # inside the slices above, outermost first, as (level, size); each size divides the
+    # one above.  Where they were written, so that a refusal names the annotation.
+    inner_slices: tuple[tuple[str, int], ...] = ()
+    slices_field: str = ""
     # Kueue's podset-group-name: pod sets of one workload naming the same group are placed
     # together, in one domain of their (shared) level; "" when in no group.  Where it was
     # written, so that a refusal of the group names the annotation.

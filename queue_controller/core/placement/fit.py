@@ -313,8 +313,8 @@ class EquivalenceIndex:
                 skeleton = Skeleton(ask.levels, self._eligible(shape).classes, required=inside)
                 self._skeletons[tree_key] = skeleton
             # Gangs of the same members share their room per domain, whatever they ask.
-            node_slice, domain_slice = DomainSearch.counting(ask)
-            totals_key = (shape.fit_key, ask.levels, node_slice, domain_slice)
+            node_slice, domain_slice, layers = DomainSearch.counting(ask)
+            totals_key = (shape.fit_key, ask.levels, node_slice, domain_slice, layers)
             totals = self._totals.get(totals_key)
             if totals is None:
                 classes = self._classes
@@ -322,7 +322,13 @@ class EquivalenceIndex:
                 def view_of(index: int) -> ClassView:
                     return self._view(shape, classes[index])
 
-                totals = Totals(skeleton, view_of, node_slice=node_slice, domain_slice=domain_slice)
+                totals = Totals(
+                    skeleton,
+                    view_of,
+                    node_slice=node_slice,
+                    domain_slice=domain_slice,
+                    layers=layers,
+                )
                 totals.seen = len(self._moved)
                 self._totals[totals_key] = totals
             scarce = self._dims[self._request(shape).pairs[0][0]]

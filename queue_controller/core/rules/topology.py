@@ -10,7 +10,7 @@ where the request was written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from queue_controller.core.model.objects import (
@@ -40,10 +40,29 @@ class TopologyAsk:
     # The Topology's spec.placement is Balanced: a preferred gang that is split is split
     # evenly (core/placement/topology/balanced.py); otherwise best fit.
     balanced: bool = False
+    # Layered slices: the layers inside the slices above (slice_size at slice_depth, the
+    # outermost), outermost first, as (depth, size); each size divides the one above.
+    inner_slices: tuple[tuple[int, int], ...] = ()
 
     @property
     def node_depth(self) -> int:
         return len(self.levels)
+
+    @property
+    def layers(self) -> tuple[tuple[int, int], ...]:
+        """Every slice layer, outermost first, as (depth, size); () without slices."""
+        if not self.slice_size:
+            return ()
+        return ((self.slice_depth, self.slice_size), *self.inner_slices)
+
+    @property
+    def cut_size(self) -> int:
+        """The innermost slices' size: what the placement's recorded slices hold."""
+        return self.inner_slices[-1][1] if self.inner_slices else self.slice_size
+
+    @property
+    def cut_depth(self) -> int:
+        return self.inner_slices[-1][0] if self.inner_slices else self.slice_depth
 
     def level_name(self, depth: int) -> str:
         """A level as people say it: the label's last word ("rack", "gpu.clique")."""
@@ -107,28 +126,62 @@ def resolve(
     if not request.slice_size:
         return ask
     slice_depth = depth_of(request.slice_level)
+    slice_where = f"{request.slices_field}[0].topology" if request.slices_field else where
     if slice_depth is None:
         return Refusal(
             False,
-            f"{where}{of_set}: slice level {request.slice_level!r} is not a level of Topology "
-            f"{topology.name} (its levels: {known})",
+            f"{slice_where}{of_set}: slice level {request.slice_level!r} is not a level of "
+            f"Topology {topology.name} (its levels: {known})",
         )
     if slice_depth < depth:
         return Refusal(
             False,
-            f"{where}{of_set}: slice level {request.slice_level!r} is broader than the pod "
+            f"{slice_where}{of_set}: slice level {request.slice_level!r} is broader than the pod "
             f"set's level {request.level!r}; a slice must fit inside the gang's domain",
         )
     k = request.slice_size
     if pod_set.min_count % k or pod_set.count % k:
         return Refusal(
             False,
-            f"{where}{of_set}: slice size {k} does not divide the pod set's "
-            f"{pod_set.min_count} members",
+            f"{request.slices_field or where}{of_set}: slice size {k} does not divide the "
+            f"pod set's {pod_set.min_count} members",
         )
+    inner = _inner_layers(request, slice_depth, depth_of, topology)
+    if isinstance(inner, Refusal):
+        return inner
     return TopologyAsk(
-        topology.name, levels, has_hostname, request.mode, depth, k, slice_depth, balanced
+        topology.name, levels, has_hostname, request.mode, depth, k, slice_depth, balanced, inner
     )
+
+
+def _inner_layers(
+    request: TopologyRequest,
+    outer: int,
+    depth_of: Callable[[str], int | None],
+    topology: Topology,
+) -> tuple[tuple[int, int], ...] | Refusal:
+    """Layered slices' inner layers as depths, each strictly narrower than the one above
+    (Kueue checks the order when it schedules, against the flavor's Topology, as here)."""
+    where = request.slices_field
+    out: list[tuple[int, int]] = []
+    above, above_level = outer, request.slice_level
+    for i, (level, size) in enumerate(request.inner_slices, start=1):
+        found = depth_of(level)
+        if found is None:
+            return Refusal(
+                False,
+                f"{where}[{i}].topology: {level!r} is not a level of Topology "
+                f"{topology.name} (its levels: {', '.join(topology.levels)})",
+            )
+        if found <= above:
+            return Refusal(
+                False,
+                f"{where}[{i}].topology: {level!r} is not narrower than the layer above "
+                f"({above_level!r}); layers go from the broadest level to the narrowest",
+            )
+        out.append((found, size))
+        above, above_level = found, level
+    return tuple(out)
 
 
 def group_refusal(pod_sets: Sequence[PodSet]) -> Refusal | None:

@@ -22,6 +22,7 @@ __all__ = [
     "GROUP",
     "PREFERRED",
     "REQUIRED",
+    "SLICES",
     "SLICE_REQUIRED",
     "SLICE_SIZE",
     "UNCONSTRAINED",
@@ -96,22 +97,97 @@ def _unconstrained(read: tuple[str, str] | None) -> tuple[str, str] | None:
     return read if value == "true" else None
 
 
-# Kueue's layered slices (TASMultiLayerTopology): not placed here yet.  Refused by name
-# rather than ignored, which would place the gang without the slices its author asked for.
-LAYERED = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+# Layered slices (Kueue's TASMultiLayerTopology): a JSON list of {"topology", "size"},
+# outermost first, in Kueue's shape under both spellings.
+SLICES = Annotation(
+    "queue-controller.io/topology-slices",
+    "kueue.x-k8s.io/podset-slice-required-topology-constraints",
+)
+MAX_LAYERS = 3  # as Kueue
+
+
+def _layer(entry: object, field: str, index: int) -> tuple[str, int]:
+    at = f"{field}[{index}]"
+    if not isinstance(entry, dict):
+        raise _Refused(f'{at}: a layer is an object {{"topology": <level>, "size": <n>}}')
+    # Unknown keys are refused rather than ignored (Kueue's decoder ignores them): a key
+    # spelled wrong, or one from a later Kueue (its proposed "sizes"), would otherwise
+    # place the gang by a rule its author did not write.
+    unknown = sorted(set(entry) - {"topology", "size"})
+    if unknown:
+        raise _Refused(f"{at}: unknown key(s) {', '.join(map(_quoted, unknown))}")
+    level, size = entry.get("topology"), entry.get("size")
+    if not isinstance(level, str) or not level.strip():
+        raise _Refused(f"{at}.topology: name a level of the Queue's Topology (a node label)")
+    # A JSON number, as Kueue's int32 field decodes it ("4", a string, is refused there too).
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise _Refused(f"{at}.size: {json.dumps(size)} is not a positive whole number")
+    return level, size
+
+
+def _layers(read: tuple[str, str]) -> tuple[tuple[str, int], ...]:
+    """Kueue's rules for the layers (ValidateTASPodSetRequest): 1 to 3 layers, unique
+    levels, sizes of at least 1, each dividing the size of the layer above."""
+    raw, field = read
+    try:
+        parsed = json.loads(raw)
+    except ValueError as error:
+        raise _Refused(f"{field}: not a JSON list of layers ({error})") from None
+    if not isinstance(parsed, list) or not 1 <= len(parsed) <= MAX_LAYERS:
+        raise _Refused(
+            f"{field}: a JSON list of 1 to {MAX_LAYERS} layers, outermost first "
+            '([{"topology": <level>, "size": <n>}, ...])'
+        )
+    layers = tuple(_layer(entry, field, i) for i, entry in enumerate(parsed))
+    seen: dict[str, int] = {}
+    for i, (level, size) in enumerate(layers):
+        if level in seen:
+            raise _Refused(f"{field}[{i}].topology: {_quoted(level)} is also layer {seen[level]}")
+        seen[level] = i
+        if i and layers[i - 1][1] % size:
+            raise _Refused(
+                f"{field}[{i}].size: {size} does not divide the size of the layer above "
+                f"({layers[i - 1][1]})"
+            )
+    return layers
+
+
+def _read_layers(
+    annotations: Mapping[str, str], prefix: str
+) -> tuple[tuple[tuple[str, int], ...], str] | None:
+    """The layers and the field they were read from; both spellings only where they agree
+    (compared as layers, so that spacing in the JSON does not matter)."""
+    ours, kueue = annotations.get(SLICES.ours), annotations.get(SLICES.kueue)
+    found = [
+        (_layers((value, f"{prefix}[{name}]")), f"{prefix}[{name}]")
+        for value, name in ((ours, SLICES.ours), (kueue, SLICES.kueue))
+        if value is not None
+    ]
+    if len(found) == 2 and found[0][0] != found[1][0]:
+        raise _Refused(
+            f"{found[0][1]} and {found[1][1]} disagree ({_quoted(ours or '')} and "
+            f"{_quoted(kueue or '')}): they mean the same, write one"
+        )
+    return found[0] if found else None
 
 
 def _request(annotations: Mapping[str, str], prefix: str, no_index: str) -> TopologyRequest | None:
-    if LAYERED in annotations:
-        raise _Refused(
-            f"{prefix}[{LAYERED}]: layered slices are not supported yet; ask for one slice "
-            "level (topology-slice-required and topology-slice-size)"
-        )
     required = _read(annotations, REQUIRED, prefix)
     preferred = _read(annotations, PREFERRED, prefix)
     unconstrained = _unconstrained(_read(annotations, UNCONSTRAINED, prefix))
     slice_level = _read(annotations, SLICE_REQUIRED, prefix)
     slice_size = _read(annotations, SLICE_SIZE, prefix)
+    layered = _read_layers(annotations, prefix)
+    inner: list[tuple[str, int]] = []
+    if layered is not None:
+        single = slice_level or slice_size
+        if single is not None:
+            # As Kueue: one slice layer is written one way or the other, never both.
+            raise _Refused(f"{layered[1]}: may not be set together with {single[1]}")
+        if no_index:
+            raise _Refused(f"{layered[1]}: {no_index}")
+        (outer_level, outer_size), *inner = layered[0]
+        slice_level, slice_size = (outer_level, layered[1]), (str(outer_size), layered[1])
     modes = [m for m in (required, preferred, unconstrained) if m is not None]
     if len(modes) > 1:
         raise _Refused(
@@ -134,7 +210,8 @@ def _request(annotations: Mapping[str, str], prefix: str, no_index: str) -> Topo
         size = int(raw)
     group = _read(annotations, GROUP, prefix)
     if group is not None:
-        _check_group(group, required or preferred, slice_level or slice_size)
+        sliced = (None, layered[1]) if layered is not None else slice_level or slice_size
+        _check_group(group, required or preferred, sliced)
     if not modes and not size:
         return None
     if required is not None:
@@ -154,11 +231,15 @@ def _request(annotations: Mapping[str, str], prefix: str, no_index: str) -> Topo
         field=field,
         group=group[0] if group is not None else "",
         group_field=group[1] if group is not None else "",
+        inner_slices=tuple(inner),
+        slices_field=layered[1] if layered is not None else "",
     )
 
 
 def _check_group(
-    group: tuple[str, str], level: tuple[str, str] | None, sliced: tuple[str, str] | None
+    group: tuple[str, str],
+    level: tuple[str, str] | None,
+    sliced: tuple[str | None, str] | None,
 ) -> None:
     """Kueue's rules for one pod set's group annotation (the rules across the pod sets
     of a group, which need them all, are the core's: rules/topology.py)."""

@@ -123,11 +123,12 @@ def _plan(search: Search, group: Domain, units: int) -> _Plan | None:
         return None
     ordered = sorted(p.units for p in everything)[::-1]
     top = min(units // fewest_parts, ordered[fewest_parts - 1])
-    # Kueue's threshold bounds the least count from above; try it, then each smaller
-    # room a part has (the least count can only be some part's room or a quotient).
-    for threshold in sorted({top, *(u for u in ordered if u < top)}, reverse=True):
-        if threshold <= 0:
-            break
+    # Kueue's threshold bounds the least count from above; try it, then every smaller
+    # one.  A threshold can fail on the tightest set of mids and hold on a lower one
+    # (racks of 4 + 4, 4 and 8 for 9 members: at 4 the tightest pair, 4 + 4 and 4, needs
+    # three parts of 4; at 3 it takes 3 + 3 + 3), and a gang that one group holds is
+    # always placed balanced, never handed back to best fit for it.
+    for threshold in range(top, 0, -1):
         found = _at(search, mids, units, threshold, need)
         if found is not None:
             room, counts = found

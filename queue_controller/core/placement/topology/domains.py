@@ -24,7 +24,9 @@ Required: one domain of the level, or not admitted.  Preferred: the narrowest
 domain that holds it, from the requested level up to the broadest; failing
 that, the fewest top-level domains (largest first, then a best fit for the
 rest), and inside each the same again.  Slices: every ``k`` members in index
-order lie in one domain of the slice level.
+order lie in one domain of the slice level.  Layered slices are searched for in
+outer slices, as one layer is; inside each outer slice's domain ``layers.py``
+places the layers below it.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from typing import TYPE_CHECKING
 
 from queue_controller.core.model.objects import TopologyMode
 from queue_controller.core.model.quantity import format_milli
-from queue_controller.core.placement.topology import balanced
+from queue_controller.core.placement.topology import balanced, layers
 from queue_controller.core.placement.topology.domaintree import Domain, Totals
+from queue_controller.core.placement.topology.layers import choose_units
 from queue_controller.core.placement.topology.slices import cut, domain_name
 from queue_controller.core.rules.topology import UNCONSTRAINED, TopologyAsk
 
@@ -80,19 +83,30 @@ class DomainSearch:
     # -- room -------------------------------------------------------------------
 
     @staticmethod
-    def counting(ask: TopologyAsk) -> tuple[int, tuple[int, int] | None]:
-        """Where ``ask``'s slices are cut: (k per node, else 0; (depth, k) per domain)."""
+    def counting(
+        ask: TopologyAsk,
+    ) -> tuple[int, tuple[int, int] | None, tuple[tuple[int, int], ...]]:
+        """Where ``ask``'s slices are cut: (k per node, else 0; (depth, k) per domain;
+        every layer, when the slices are layered)."""
         if not ask.slice_size:
-            return 0, None
+            return 0, None, ()
+        if ask.inner_slices:
+            inner_depth, inner_k = ask.inner_slices[-1]
+            return (inner_k if inner_depth == ask.node_depth else 0), None, ask.layers
         if ask.slice_depth == ask.node_depth:
-            return ask.slice_size, None
-        return 0, (ask.slice_depth, ask.slice_size)
+            return ask.slice_size, None, ()
+        return 0, (ask.slice_depth, ask.slice_size), ()
 
     def units(self, domain: Domain) -> int:
-        """What ``domain`` holds for this gang: members, or whole slices."""
+        """What ``domain`` holds for this gang: members, or whole slices (layered: of the
+        outermost layer at or below its level)."""
         totals, ask = self.totals, self.ask
         if not ask.slice_size:
             return totals.members[domain.id]
+        if totals.layers:
+            if domain.depth <= ask.cut_depth:
+                return totals.layer_units[domain.id]
+            return totals.members[domain.id] // ask.cut_size
         if totals.node_slice:
             return totals.node_units[domain.id]
         if domain.depth <= ask.slice_depth:
@@ -201,6 +215,8 @@ class DomainSearch:
     def _fill(self, domain: Domain, units: int) -> Parts:
         """``units`` placed inside ``domain`` over the fewest parts of it."""
         ask, k = self.ask, self.k
+        if ask.inner_slices and ask.slice_depth == domain.depth:
+            return layers.fill(self, domain, units)
         if (ask.slice_size and ask.slice_depth == domain.depth) or not domain.children:
             views = self.totals.views(domain)
             if ask.slice_size and ask.slice_depth == ask.node_depth:
@@ -231,7 +247,9 @@ class DomainSearch:
             for node, members in chosen.items():
                 nodes[node] = nodes.get(node, 0) + members
             if self.ask.slice_size:
-                slices += cut(chosen, self.k)
+                # Layered: the innermost slices, in the order filled, so that each run of
+                # an outer layer's size lies in one domain of that layer (layers.py).
+                slices += cut(chosen, self.ask.cut_size)
         domain = domain_name(self.ask, [d.path for d, _ in parts], list(nodes))
         return DomainPlacement(dict(sorted(nodes.items())), domain, tuple(slices))
 
@@ -292,32 +310,3 @@ class DomainSearch:
                     domain = skeleton.chains[index][depth + 1].id  # chains start at the root
                     by_domain[domain] = by_domain.get(domain, 0) + spare * len(names)
         return total, most if per_node else max(by_domain.values(), default=0)
-
-
-def choose_units(views: Sequence[ClassView], units: int, k: int) -> dict[str, int]:
-    """``units`` slices of ``k`` members, each on one node, as fit.py places members: the
-    best-ranked node (the node heuristic's best fit) of those that hold every slice left,
-    else the node holding the most,
-    and then the same again for the rest.  So the last slices go to the tightest node that
-    takes them, not to the next-largest one, which a later gang may need whole."""
-    options = sorted(
-        (-(fits // k), rank, name)
-        for view in views
-        for free, (fits, rank) in view.fitting.items()
-        if fits // k > 0
-        for name in view.node_class.buckets[free]
-    )
-    placement: dict[str, int] = {}
-    remaining = units
-    for position, (most, _, name) in enumerate(options):
-        if remaining <= 0:
-            break
-        if -most >= remaining:
-            # The rest fits on one node: the best fit among those that hold it.
-            fitting = (o for o in options[position:] if -o[0] >= remaining)
-            _, _, tightest = min(fitting, key=lambda o: (o[1], o[2]))
-            placement[tightest] = remaining * k
-            return placement
-        placement[name] = -most * k
-        remaining += most
-    return placement

@@ -101,6 +101,12 @@ class Totals:
     Slices are counted where they are cut: per node (``node_slice``), or per domain
     of the slice level (``domain_slice``: its depth and size), whose ``members // k``
     is added up through its ancestors as its members change.
+
+    Layered slices (``layers``: (depth, size) per layer, outermost first) are counted
+    layer by layer, exactly: a domain of a layer's level holds (the next layer's slices
+    inside it) // (its size / the next size) of its own, since any such slices of its
+    make one of them; the innermost counts as a single layer does.  ``layer_units``
+    holds, for each domain, the slices of the outermost layer at or below its depth.
     """
 
     def __init__(
@@ -110,12 +116,18 @@ class Totals:
         *,
         node_slice: int = 0,
         domain_slice: tuple[int, int] | None = None,
+        layers: tuple[tuple[int, int], ...] = (),
     ) -> None:
         self.skeleton = skeleton
         self.view_of = view_of
         self.node_slice = node_slice  # k when slices are per node, else 0
         self.domain_slice = domain_slice
+        self.layers = layers
         size = len(skeleton.domains)
+        self.layer_units = [0] * size if layers else []
+        self._layer_base = [0] * size if layers else []
+        # depth -> what the next layer's slices are divided by at that depth.
+        self._divide = {d: k // layers[i + 1][1] for i, (d, k) in enumerate(layers[:-1])}
         self.members = [0] * size
         self.node_units = [0] * size
         self.slices = [0] * size  # whole slices, at and above the slice level
@@ -172,6 +184,30 @@ class Totals:
             self.node_units[i] += d_units
             self.empty[i] += d_empty
             self.nodes[i] += d_nodes
+        if self.layers and (d_members or d_units):
+            self._patch_layers(chain)
+
+    def _patch_layers(self, chain: Sequence[Domain]) -> None:
+        """Layered slices along one class's chain, from its leaf up (a few domains)."""
+        inner_depth, inner_k = self.layers[-1]
+        on_node = inner_depth == len(self.skeleton.by_depth)  # the innermost is the node
+        leaf = chain[-1]
+        units, base, divide = self.layer_units, self._layer_base, self._divide
+        delta = 0
+        for domain in reversed(chain):
+            depth, i = domain.depth, domain.id
+            if depth > inner_depth:
+                continue  # inside an innermost slice's domain: counted there
+            if depth == inner_depth:
+                new = self.members[i] // inner_k
+            else:
+                if on_node and domain is leaf:
+                    base[i] = self.node_units[i]  # its nodes' innermost slices
+                else:
+                    base[i] += delta
+                new = base[i] // divide.get(depth, 1)
+            delta = new - units[i]
+            units[i] = new
 
     def whole(self, domain: Domain) -> bool:
         """Every node of it empty: taking from it breaks a whole domain."""

@@ -65,13 +65,15 @@ def placement_on(
     domain = domain_name(ask, list(paths.values()), list(nodes))
     slices: list[dict[str, int]] = []
     if ask.slice_size:
-        depth = ask.slice_depth
+        # Layered slices: cut by the innermost layer; the domains sort by their paths, so
+        # an outer layer's domain is one run of them, as the placer filled it.
+        depth = ask.cut_depth
         by_domain: dict[tuple[str, ...], dict[str, int]] = {}
         for node, members in sorted(nodes.items()):
             key = (*paths[node], node) if depth >= len(ask.levels) else paths[node][: depth + 1]
             by_domain.setdefault(key, {})[node] = members
         for _, part in sorted(by_domain.items()):
-            slices += cut(part, ask.slice_size)
+            slices += cut(part, ask.cut_size)
     return Placement(dict(nodes), domain, tuple(slices))
 
 
