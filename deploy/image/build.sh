@@ -94,6 +94,18 @@ image_exists() {
   esac
 }
 pull() { timeout 120 "$builder" pull "$1" >/dev/null 2>&1; }
+image_id() {
+  case $builder in
+    buildah) buildah inspect --type image --format '{{.FromImageID}}' "$1" 2>/dev/null || true ;;
+    *) "$builder" image inspect --format '{{.Id}}' "$1" 2>/dev/null || true ;;
+  esac
+}
+remove_image() {  # quietly: it may still be named by another tag, or used by a container
+  case $builder in
+    buildah) buildah rmi "$1" >/dev/null 2>&1 || true ;;
+    *) "$builder" image rm "$1" >/dev/null 2>&1 || true ;;
+  esac
+}
 
 make_local_base() {
   # Debian's own python3 (3.11 in bookworm, the same minor as the lock's wheels) from Debian's
@@ -149,6 +161,9 @@ mkdir -p "$CONTEXT/wheels"
 "$UV" build --quiet --wheel --out-dir "$CONTEXT/wheels" "$root"
 cp deploy/Dockerfile "$CONTEXT/Dockerfile"
 
+# The image this tag named before, removed after the build if nothing else names it: each
+# build would otherwise leave a nameless 670 MB image behind.
+previous=$(image_id "$tag")
 args=(--build-arg "BASE=$BASE" --build-arg "VERSION=$version" --build-arg "REVISION=$revision"
   -f "$CONTEXT/Dockerfile" -t "$tag")
 case $builder in
@@ -157,6 +172,9 @@ case $builder in
   docker) SOURCE_DATE_EPOCH=$epoch docker build --quiet "${args[@]}" "$CONTEXT" >/dev/null ;;
 esac
 elapsed=$(($(date +%s) - started))
+if [[ -n $previous && $previous != "$(image_id "$tag")" ]]; then
+  remove_image "$previous"
+fi
 case $builder in
   buildah) size=$(buildah images --format '{{.Size}}' "$tag") ;;
   *) size=$("$builder" image ls --format '{{.Size}}' "$tag") ;;
