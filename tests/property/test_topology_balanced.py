@@ -20,31 +20,24 @@ from queue_controller.core import Node, Snapshot, Verdict, Workload, schedule
 from queue_controller.core.model.decisions import Decision
 from queue_controller.core.model.objects import (
     PodSet,
-    Queue,
     Topology,
     TopologyMode,
     TopologyPlacement,
     TopologyRequest,
 )
-from tests.builders import GPU, gpu_node, gpus, quota, running_pod, template
+from tests.builders import GPU, template
+from tests.property.test_topology_placement import (
+    BLOCK,
+    DEPTH,
+    HOST,
+    RACK,
+    clusters,
+    path,
+    snapshot_of,
+)
 
-BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
-DEPTH = {BLOCK: 0, RACK: 1, HOST: 2}
 BEST_FIT = Topology("t", (BLOCK, RACK, HOST))
 BALANCED = replace(BEST_FIT, placement=TopologyPlacement.BALANCED)
-
-
-@st.composite
-def clusters(draw: st.DrawFn) -> tuple[list[Node], dict[str, int]]:
-    nodes, free = [], {}
-    for b in range(draw(st.integers(1, 3))):
-        for r in range(draw(st.integers(1, 3))):
-            size = draw(st.sampled_from([4, 8]))
-            for i in range(draw(st.integers(1, 3))):
-                name = f"n-{b}-{r}-{i}"
-                nodes.append(gpu_node(name, size, labels={BLOCK: f"b{b}", RACK: f"r{b}{r}"}))
-                free[name] = size - draw(st.integers(0, size))
-    return nodes, free
 
 
 @st.composite
@@ -62,10 +55,6 @@ def gangs(draw: st.DrawFn) -> Workload:
     return Workload("ns", "g", "q", (pod_set,), "Job")
 
 
-def path(node: Node, depth: int) -> tuple[str, ...]:
-    return (node.labels[BLOCK], node.labels[RACK], node.name)[: depth + 1]
-
-
 def decide(snapshot: Snapshot, topology: Topology) -> Decision:
     (decision,) = schedule(replace(snapshot, topologies=(topology,))).decisions
     return decision
@@ -78,19 +67,7 @@ def test_balanced_is_even_and_never_wider_than_best_fit(
 ) -> None:
     nodes, free = cluster
     by_name = {n.name: n for n in nodes}
-    pods = tuple(
-        running_pod(name, by_name[name].allocatable[GPU] // 1000 - spare)
-        for name, spare in free.items()
-        if by_name[name].allocatable[GPU] // 1000 - spare
-    )
-    snapshot = Snapshot(
-        nodes=tuple(nodes),
-        pods=pods,
-        workloads=(gang,),
-        queues=(Queue("ns", "q", "team", topology_name="t"),),
-        quotas=(quota(gpu=gpus(10_000)),),
-        topologies=(BEST_FIT,),
-    )
+    snapshot = snapshot_of(cluster, (gang,), BEST_FIT)
     best, balanced = decide(snapshot, BEST_FIT), decide(snapshot, BALANCED)
     assert best.verdict is balanced.verdict  # balance never turns a gang away
     if balanced.verdict is not Verdict.ADMIT:

@@ -16,20 +16,21 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_controller.core import Node, Snapshot, Verdict, Workload, schedule
+from queue_controller.core import Node, Verdict, Workload, schedule
 from queue_controller.core.model.objects import (
     PodSet,
-    Queue,
-    Topology,
     TopologyMode,
     TopologyRequest,
 )
-from tests.builders import gpu_node, gpus, quota, running_pod, template
-
-BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
-LEVELS = {"block": BLOCK, "rack": RACK, "host": HOST}
-DEPTH = {BLOCK: 0, RACK: 1, HOST: 2}
-TOPOLOGY = Topology("t", (BLOCK, RACK, HOST))
+from tests.builders import gpu_node, template
+from tests.property.test_topology_placement import (
+    BLOCK,
+    DEPTH,
+    LEVELS,
+    RACK,
+    path,
+    snapshot_of,
+)
 
 
 @st.composite
@@ -70,10 +71,6 @@ def gangs(draw: st.DrawFn, index: int, sizes: Sizes) -> Workload:
     return Workload("ns", name, "q", tuple(sets), "RayCluster", created=float(index))
 
 
-def path(node: Node, depth: int) -> tuple[str, ...]:
-    return (node.labels[BLOCK], node.labels[RACK], node.name)[: depth + 1]
-
-
 @settings(max_examples=250, deadline=None)
 @given(clusters(), st.data())
 def test_groups_share_one_domain_and_nothing_is_overcommitted(
@@ -84,15 +81,7 @@ def test_groups_share_one_domain_and_nothing_is_overcommitted(
     drawn = data.draw(st.integers(1, 5))
     workloads = tuple(data.draw(gangs(i, sizes)) for i in range(drawn))
     by_name = {n.name: n for n in nodes}
-    pods = [running_pod(name, 8 - spare) for name, spare in free.items() if spare < 8]
-    snapshot = Snapshot(
-        nodes=tuple(nodes),
-        pods=tuple(pods),
-        workloads=workloads,
-        queues=(Queue("ns", "q", "team", topology_name="t"),),
-        quotas=(quota(gpu=gpus(10_000)),),
-        topologies=(TOPOLOGY,),
-    )
+    snapshot = snapshot_of(cluster, workloads)
     result = schedule(snapshot)
     gpu_left = dict(free)
     cpu_left = {n.name: n.allocatable["cpu"] // 1000 for n in nodes}

@@ -18,18 +18,23 @@ from collections import Counter
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from queue_controller.core import Node, Snapshot, Verdict, Workload, schedule
+from queue_controller.core import Node, Verdict, Workload, schedule
 from queue_controller.core.model.objects import (
     PodSet,
-    Queue,
-    Topology,
     TopologyMode,
     TopologyRequest,
 )
-from tests.builders import GPU, gpus, quota, running_pod, template
-from tests.property.test_topology_placement import BLOCK, DEPTH, HOST, RACK, clusters, path
+from tests.builders import GPU, template
+from tests.property.test_topology_placement import (
+    BLOCK,
+    DEPTH,
+    HOST,
+    RACK,
+    clusters,
+    path,
+    snapshot_of,
+)
 
-TOPOLOGY = Topology("t", (BLOCK, RACK, HOST))
 LEVELS = (BLOCK, RACK, HOST)
 
 
@@ -84,19 +89,7 @@ def test_layered_slices_nest_and_are_counted_exactly(
 ) -> None:
     nodes, free = cluster
     by_name = {n.name: n for n in nodes}
-    pods = [
-        running_pod(n.name, n.allocatable[GPU] // 1000 - f)
-        for n, f in ((by_name[k], v) for k, v in free.items())
-        if n.allocatable[GPU] // 1000 - f
-    ]
-    snapshot = Snapshot(
-        nodes=tuple(nodes),
-        pods=tuple(pods),
-        workloads=gangs,
-        queues=(Queue("ns", "q", "team", topology_name="t"),),
-        quotas=(quota(gpu=gpus(10_000)),),
-        topologies=(TOPOLOGY,),
-    )
+    snapshot = snapshot_of(cluster, gangs)
     result = schedule(snapshot)
     left = dict(free)
     by_gang = {d.workload.split("/")[1]: d for d in result.decisions}

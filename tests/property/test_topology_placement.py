@@ -74,11 +74,13 @@ def path(node: Node, depth: int) -> tuple[str, ...]:
 DEPTH = {BLOCK: 0, RACK: 1, HOST: 2}
 
 
-@settings(max_examples=300, deadline=None)
-@given(clusters(), st.integers(1, 6).flatmap(lambda n: st.tuples(*(asks(i) for i in range(n)))))
-def test_domains_and_slices_hold(
-    cluster: tuple[list[Node], dict[str, int]], gangs: tuple[Workload, ...]
-) -> None:
+def snapshot_of(
+    cluster: tuple[list[Node], dict[str, int]],
+    workloads: tuple[Workload, ...],
+    topology: Topology = TOPOLOGY,
+) -> Snapshot:
+    """The drawn cluster, its used GPUs held by running pods, and ``workloads`` pending in
+    one Queue of ``topology`` with quota to spare (shared by the topology properties)."""
     nodes, free = cluster
     by_name = {n.name: n for n in nodes}
     pods = [
@@ -86,14 +88,24 @@ def test_domains_and_slices_hold(
         for n, f in ((by_name[k], v) for k, v in free.items())
         if n.allocatable[GPU] // 1000 - f
     ]
-    snapshot = Snapshot(
+    return Snapshot(
         nodes=tuple(nodes),
         pods=tuple(pods),
-        workloads=gangs,
+        workloads=workloads,
         queues=(Queue("ns", "q", "team", topology_name="t"),),
         quotas=(quota(gpu=gpus(10_000)),),
-        topologies=(TOPOLOGY,),
+        topologies=(topology,),
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.integers(1, 6).flatmap(lambda n: st.tuples(*(asks(i) for i in range(n)))))
+def test_domains_and_slices_hold(
+    cluster: tuple[list[Node], dict[str, int]], gangs: tuple[Workload, ...]
+) -> None:
+    nodes, free = cluster
+    by_name = {n.name: n for n in nodes}
+    snapshot = snapshot_of(cluster, gangs)
     result = schedule(snapshot)
     left = dict(free)
     for decision in result.decisions:
