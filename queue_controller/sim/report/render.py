@@ -208,40 +208,22 @@ _ROWS: tuple[_Row, ...] = (
 )
 
 
-# Only where some Queue uses a Topology (sim.domainmeter defines both figures).
+def _topology(which: str, show: Callable[[float], str]) -> Callable[[PolicyResult], str]:
+    """A figure of TopologyFigures, shown, or _NONE where it was not measured."""
+
+    def cell(result: PolicyResult) -> str:
+        value = None if result.topology is None else getattr(result.topology, which)
+        return _NONE if value is None else show(value)
+
+    return cell
+
+
+# Only where some Queue uses a Topology (sim.domainmeter defines the figures).
 _TOPOLOGY_ROWS: tuple[_Row, ...] = (
-    (
-        "Preferred topology gangs in one domain",
-        lambda r: percent(r.topology.preferred_in_domain) if r.topology else _NONE,
-        None,
-    ),
-    (
-        "GPU hours waiting for a domain",
-        lambda r: (
-            _NONE
-            if r.topology is None or r.topology.domain_wait_gpu_hours is None
-            else gpu_hours(r.topology.domain_wait_gpu_hours)
-        ),
-        None,
-    ),
-    (
-        "Free GPUs on partly used nodes",
-        lambda r: (
-            _NONE
-            if r.topology is None or r.topology.free_on_used_nodes is None
-            else percent(r.topology.free_on_used_nodes)
-        ),
-        None,
-    ),
-    (
-        "Racks with room that are broken",
-        lambda r: (
-            _NONE
-            if r.topology is None or r.topology.broken_domains is None
-            else percent(r.topology.broken_domains)
-        ),
-        None,
-    ),
+    ("Preferred topology gangs in one domain", _topology("preferred_in_domain", percent), None),
+    ("GPU hours waiting for a domain", _topology("domain_wait_gpu_hours", gpu_hours), None),
+    ("Free GPUs on partly used nodes", _topology("free_on_used_nodes", percent), None),
+    ("Racks with room that are broken", _topology("broken_domains", percent), None),
 )
 
 
