@@ -229,7 +229,12 @@ def test_a_queued_gang_is_admitted_whole_through_the_charts_rights(
             what="both pods of the gang running",
         )
         assert placed
-        assert objects.reason("trainer") == "Admitted"
+        # The PodGroup's status may land a moment after the pods it released run.
+        eventually(
+            lambda: objects.reason("trainer") == "Admitted",
+            timeout=30,
+            what="the PodGroup's reason Admitted",
+        )
     finally:
         objects.cleanup()
     log = running.log_text()
