@@ -14,7 +14,7 @@ import secrets
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -249,3 +249,29 @@ def invariants(request: pytest.FixtureRequest) -> Iterator[None]:
         for v in checker.seen.values()
     )
     assert not checker.seen, f"invariants broken during the test:\n{broken}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report carries what the controller said and what its namespace
+    held then: a failure that comes once in hundreds of runs must be readable from
+    that one run's output."""
+    report: pytest.TestReport = yield
+    if report.when != "call" or not report.failed:
+        return report
+    funcargs = getattr(item, "funcargs", {})
+    process = funcargs.get("controller")
+    if isinstance(process, ControllerProcess):
+        report.sections.append(("controller log, last 150 lines", process.log_tail(150)))
+    cluster, namespace = funcargs.get("cluster"), funcargs.get("namespace")
+    if isinstance(cluster, Cluster) and isinstance(namespace, str):
+        try:
+            state = cluster.kubectl(
+                "get", "jobs,pods,podgroups,events", "-n", namespace, "-o", "wide"
+            )
+        except subprocess.CalledProcessError as error:
+            state = f"(kubectl failed: {error.stderr})"
+        report.sections.append((f"namespace {namespace}", state))
+    return report

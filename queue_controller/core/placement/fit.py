@@ -43,7 +43,7 @@ from operator import attrgetter, floordiv, itemgetter, sub
 from typing import Any
 
 from queue_controller.core.devices.dims import BoundDims
-from queue_controller.core.model.objects import Node
+from queue_controller.core.model.objects import Node, NodeFacts
 from queue_controller.core.model.resources import Resources, is_extended, scarcity_rank
 from queue_controller.core.placement.explain import Scatter, explain_shortfall
 from queue_controller.core.placement.nodeclasses import (
@@ -63,6 +63,10 @@ from queue_controller.core.placement.topology.groups import Apart, Member, place
 from queue_controller.core.placement.topology.slices import placement_on
 from queue_controller.core.rules.nodes import exclusion
 from queue_controller.core.rules.topology import HOSTNAME
+
+# What nodes of one class agree on: readiness, cordon, taints, GPU health, the label
+# values and presences some gang reads, the name (when a gang selects by it), allocatable.
+ClassKey = tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,8 @@ class EquivalenceIndex:
         *,
         by_topology: bool = False,
     ) -> None:
-        shapes = list(shapes)
+        # One shape object serves every gang alike: thousands of entries, a few shapes.
+        shapes = list({id(shape): shape for shape in shapes}.values())
         # Gangs that ask for a topology are placed on a second index whose classes are
         # also split by every Topology level, so that each class lies in one domain.
         # The rest keep classes that ignore topology: split by racks, a cluster has
@@ -104,15 +109,19 @@ class EquivalenceIndex:
         self._by_topology = by_topology
         if not by_topology and any(shape.topology is not None for shape in shapes):
             self._fine = EquivalenceIndex(nodes, used, shapes, by_topology=True)
-        nodes = sorted(nodes, key=attrgetter("name"))
-        all_facts = [node_facts(node) for node in nodes]
-        # The gangs' resources, and every accelerator a node offers: whether a node
-        # strands accelerators a gang does not use must not depend on which other
-        # gangs happen to be pending in the cycle.
-        names = {name for shape in shapes for name in shape.request}
-        offered = {name for facts in all_facts for name in facts[3]}  # a few, over every node
-        names.update(name for name in offered if is_extended(name))
-        self._dims: tuple[str, ...] = tuple(sorted(names, key=scarcity_rank))
+        if self._fine is None:
+            nodes = sorted(nodes, key=attrgetter("name"))
+        all_facts = [node_facts(node) for node in nodes] if self._fine is None else []
+        if self._fine is not None:
+            self._dims: tuple[str, ...] = self._fine._dims  # the same shapes, the same nodes
+        else:
+            # The gangs' resources, and every accelerator a node offers: whether a node
+            # strands accelerators a gang does not use must not depend on which other
+            # gangs happen to be pending in the cycle.
+            names = {name for shape in shapes for name in shape.request}
+            offered = {name for facts in all_facts for name in facts[3]}  # a few, every node
+            names.update(name for name in offered if is_extended(name))
+            self._dims = tuple(sorted(names, key=scarcity_rank))
         self._dim_index = {name: i for i, name in enumerate(self._dims)}
         self._accelerator_dims = tuple(i for i, name in enumerate(self._dims) if is_extended(name))
         # DRA: devices are dimensions too; their derived ones follow the base ones.
@@ -121,10 +130,41 @@ class EquivalenceIndex:
         # (placement, node) -> the devices a commit took, for its release to give back.
         self._taken: dict[tuple[int, str], list[int]] = {}
         label_keys, present_keys, by_name = referenced_node_fields(shapes, by_topology=by_topology)
+        self._label_keys = label_keys
         self._classes: list[NodeClass] = []
-        by_key: dict[Hashable, NodeClass] = {}
         self._where: dict[str, tuple[NodeClass, FreeVector]] = {}
+        # Class key -> class: what the fine index's classes are merged by, below.
+        self._keys: dict[ClassKey, NodeClass] = {}
+        if self._fine is not None:
+            self._merge(self._fine, label_keys, present_keys)
+        else:
+            self._classify(nodes, all_facts, used, label_keys, present_keys, by_name=by_name)
+        self._eligibility: dict[Hashable, _Eligibility] = {}
+        self._requests: dict[Hashable, MemberRequest] = {}
+        # (shape, members) -> (class move-log lengths when written, message)
+        self._messages: dict[tuple[Hashable, int], tuple[tuple[int, ...], str]] = {}
+        # Topology: every class that moved, in order (the domain totals catch up from
+        # it), the domain trees by (levels, eligibility), and each shape's search.
+        self._moved: list[int] = []
+        self._skeletons: dict[Hashable, Skeleton] = {}
+        self._searches: dict[Hashable, DomainSearch] = {}
+        self._totals: dict[Hashable, Totals] = {}
+
+    # -- classes ---------------------------------------------------------------
+
+    def _classify(
+        self,
+        nodes: Sequence[Node],
+        all_facts: Sequence[NodeFacts],
+        used: Mapping[str, Resources],
+        label_keys: tuple[str, ...],
+        present_keys: tuple[str, ...],
+        *,
+        by_name: bool,
+    ) -> None:
+        """Every node into its class and bucket."""
         # This loop runs over every node at every cycle: it is written for speed.
+        by_key = self._keys
         empty: Mapping[str, int] = {}
         dims = self._dims
         zeros = (0,) * len(dims)
@@ -152,16 +192,42 @@ class EquivalenceIndex:
                 free = self._devices.refreshed(free, alloc)
             node_class.add(node.name, free)
             self._where[node.name] = (node_class, free)
-        self._eligibility: dict[Hashable, _Eligibility] = {}
-        self._requests: dict[Hashable, MemberRequest] = {}
-        # (shape, members) -> (class move-log lengths when written, message)
-        self._messages: dict[tuple[Hashable, int], tuple[tuple[int, ...], str]] = {}
-        # Topology: every class that moved, in order (the domain totals catch up from
-        # it), the domain trees by (levels, eligibility), and each shape's search.
-        self._moved: list[int] = []
-        self._skeletons: dict[Hashable, Skeleton] = {}
-        self._searches: dict[Hashable, DomainSearch] = {}
-        self._totals: dict[Hashable, Totals] = {}
+
+    def _merge(
+        self, fine: EquivalenceIndex, label_keys: tuple[str, ...], present_keys: tuple[str, ...]
+    ) -> None:
+        """The classes that ignore topology, as unions of the fine index's classes: its
+        nodes are classified once, there.  A fine key is this index's key with more label
+        keys, so dropping them merges classes; the fine classes come in the order of their
+        first node, as this index's would, so class order and samples are the same."""
+        assert not present_keys, "only an index split by topology keys on label presence"
+        fine_keys = fine._label_keys
+        keep = [fine_keys.index(key) for key in label_keys]
+        where, merged = self._where, set()
+        for fine_key, fine_class in fine._keys.items():
+            labels = fine_key[4]
+            key = (*fine_key[:4], tuple(labels[i] for i in keep), (), *fine_key[6:])
+            node_class = self._keys.get(key)
+            if node_class is None:
+                node_class = NodeClass(
+                    len(self._classes), fine_class.sample, fine_class.allocatable
+                )
+                self._keys[key] = node_class
+                self._classes.append(node_class)
+            else:
+                merged.add(node_class.index)
+            buckets = node_class.buckets
+            for free, names in fine_class.buckets.items():
+                bucket = buckets.get(free)
+                if bucket is None:
+                    buckets[free] = list(names)
+                else:
+                    bucket.extend(names)
+                for name in names:
+                    where[name] = (node_class, free)
+        for index in merged:  # a bucket's names stay sorted (NodeClass.move bisects them)
+            for names in self._classes[index].buckets.values():
+                names.sort()
 
     # -- per shape, per class ------------------------------------------------
 
@@ -313,8 +379,8 @@ class EquivalenceIndex:
                 skeleton = Skeleton(ask.levels, self._eligible(shape).classes, required=inside)
                 self._skeletons[tree_key] = skeleton
             # Gangs of the same members share their room per domain, whatever they ask.
-            node_slice, domain_slice, layers = DomainSearch.counting(ask)
-            totals_key = (shape.fit_key, ask.levels, node_slice, domain_slice, layers)
+            node_slice, _, layers = DomainSearch.counting(ask)
+            totals_key = (shape.fit_key, ask.levels, node_slice, layers)
             totals = self._totals.get(totals_key)
             if totals is None:
                 classes = self._classes
@@ -325,8 +391,8 @@ class EquivalenceIndex:
                 totals = Totals(
                     skeleton,
                     view_of,
+                    self._request(shape),
                     node_slice=node_slice,
-                    domain_slice=domain_slice,
                     layers=layers,
                 )
                 totals.seen = len(self._moved)
@@ -338,13 +404,9 @@ class EquivalenceIndex:
 
     def commit(self, shape: GangShape, placement: Placement) -> None:
         self._take(shape, placement, 1)
-        if self._fine is not None:
-            self._fine.commit(shape, placement)
 
     def release(self, shape: GangShape, placement: Placement) -> None:
         self._take(shape, placement, -1)
-        if self._fine is not None:
-            self._fine.release(shape, placement)
 
     def adjust(self, node: str, freed: Mapping[str, int]) -> None:
         if self._fine is not None:
@@ -397,6 +459,10 @@ class EquivalenceIndex:
 
     def _take(self, shape: GangShape, placement: Placement, sign: int) -> None:
         request = self._request(shape)
+        fine = self._fine
+        if fine is not None and request.devices:
+            fine._take(shape, placement, sign)  # devices are taken per index (give-back)
+            fine = None
         for name, count in placement.nodes.items():
             members = sign * count
             node_class, free = self._where[name]
@@ -412,6 +478,11 @@ class EquivalenceIndex:
             node_class.move(name, free, new_free)
             self._where[name] = (node_class, new_free)
             self._moved.append(node_class.index)
+            if fine is not None:  # the same node, the same free vectors, its finer class
+                fine_class, fine_free = fine._where[name]
+                fine_class.move(name, fine_free, new_free)
+                fine._where[name] = (fine_class, new_free)
+                fine._moved.append(fine_class.index)
 
     def _take_devices(
         self,

@@ -35,12 +35,21 @@ class MemberRequest:
     # commit rather than subtracted (see devicedims), and their positions.
     devices: tuple[tuple[str, int], ...] = ()
     device_dims: frozenset[int] = frozenset()
+    # Free vector -> members: free vectors repeat over classes (racks of alike nodes).
+    known: dict[FreeVector, int] = field(default_factory=dict)
 
     def fits(self, free: FreeVector) -> int:
         """Members that fit in ``free``: the tightest resource decides."""
         # An overcommitted node (free below zero) takes nothing, not "negative members".
         most: int = min(map(floordiv, self.dims(free), self.amounts))
         return max(most, 0)
+
+    def fits_known(self, free: FreeVector) -> int:
+        """:meth:`fits`, remembered per free vector (the domain totals ask again and again)."""
+        found = self.known.get(free)
+        if found is None:
+            found = self.known[free] = self.fits(free)
+        return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,11 +74,15 @@ class DomainSearch:
         self.k = ask.slice_size or 1
         self.choose = choose
         self.resource = resource  # the gang's scarcest resource, for messages
+        _, domain_slice, _ = DomainSearch.counting(ask)
+        # Slices cut per domain of the slice level: counted in the shared totals.
+        self._slices = totals.domain_slices(*domain_slice) if domain_slice else []
         # A memo for one search (cleared at each): the levels of rank().
         self._ranks: dict[int, Rank] = {}
         # The last refusal said of one topology, as (members, moves seen, shortfall):
         # gangs alike are refused alike until a class moves.
         self._refused: tuple[int, int, DomainShortfall] | None = None
+        self._version = -1  # the index's move-log length at the last sync
 
     # -- room -------------------------------------------------------------------
 
@@ -110,7 +114,7 @@ class DomainSearch:
         if totals.node_slice:
             return totals.node_units[domain.id]
         if domain.depth <= ask.slice_depth:
-            return totals.slices[domain.id]
+            return self._slices[domain.id]
         return totals.members[domain.id] // self.k
 
     def rank(self, domain: Domain) -> Rank:
@@ -153,6 +157,7 @@ class DomainSearch:
             return refused[2]
         self.totals.sync(moved)
         self._ranks.clear()
+        self._version = len(moved)
         # A Balanced Topology's preferred gang, when one domain above its level holds it.
         parts = balanced.place(self, count // self.k) if self.ask.balanced else None
         found = self._placed(parts) if parts else self._search(count)
@@ -164,6 +169,7 @@ class DomainSearch:
         """Catch up with the classes that moved (a group's search reads room and ranks)."""
         self.totals.sync(moved)
         self._ranks.clear()
+        self._version = len(moved)
 
     def place_within(
         self, path: tuple[str, ...], count: int, moved: Sequence[int]
@@ -281,9 +287,7 @@ class DomainSearch:
                 f"{ask.topology}, at most {best // self.k} in any one {level} ({label}); "
                 f"the gang needs {count // self.k} in one {level}",
             )
-        root = self.skeleton.root
-        view = self.totals.view_of(root.classes[0]) if root.classes else None
-        resource, amount = view.request.pairs[0] if view is not None else (0, 0)
+        resource, amount = self.totals.request.pairs[0]
         total, most = self._free(resource, ask.depth, per_node=on_node)
         res = self.resource
         return DomainShortfall(
@@ -295,18 +299,25 @@ class DomainSearch:
 
     def _free(self, resource: int, depth: int, *, per_node: bool) -> tuple[int, int]:
         """The scarce resource (a dimension index) free in the whole topology, and the most
-        free in any one domain of ``depth`` (or on any one node), in one pass over the
-        node classes (their free buckets alone: no gang's view needs bringing up to date)."""
+        free in any one domain of ``depth`` (or on any one node), from each class's free
+        buckets (no gang's view needs bringing up to date), re-read only where it moved."""
         skeleton = self.skeleton
+        # Gangs alike are refused alike until a class moves (the version is the index's
+        # move log, read at place()).
+        key = (resource, depth, per_node)
+        known = skeleton.free_seen.get(key)
+        if known is not None and known[0] == self._version:
+            return known[1]
         total = most = 0
         by_domain: dict[int, int] = {}
         for index in skeleton.root.classes:
-            for free, names in skeleton.node_classes[index].buckets.items():
-                spare = max(0, free[resource])
-                total += spare * len(names)
-                if per_node:
-                    most = max(most, spare)
-                else:
-                    domain = skeleton.chains[index][depth + 1].id  # chains start at the root
-                    by_domain[domain] = by_domain.get(domain, 0) + spare * len(names)
-        return total, most if per_node else max(by_domain.values(), default=0)
+            free, on_one_node = skeleton.class_free(index, resource)
+            total += free
+            if per_node:
+                most = max(most, on_one_node)
+            else:
+                domain = skeleton.chains[index][depth + 1].id  # chains start at the root
+                by_domain[domain] = by_domain.get(domain, 0) + free
+        found = total, most if per_node else max(by_domain.values(), default=0)
+        skeleton.free_seen[key] = (self._version, found)
+        return found
