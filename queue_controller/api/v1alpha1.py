@@ -195,8 +195,9 @@ class TeamQuotaSpec(_Strict):
     preemption: PreemptionSpec = PreemptionSpec()
     fairSharing: FairSharingWeight = FairSharingWeight()
     admissionFairSharing: AdmissionFairSharing | None = None
-    # For its Queues that set none (a Queue's own value wins).
-    onNodeFailure: NodeFailurePolicy = NodeFailurePolicy.EVICT
+    # For its Queues that set none (a Queue's own value wins).  Replace, as Kueue's
+    # TASFailedNodeReplacement is on by default (beta since v0.14).
+    onNodeFailure: NodeFailurePolicy = NodeFailurePolicy.REPLACE
 
     @model_validator(mode="after")
     def _rules(self) -> TeamQuotaSpec:

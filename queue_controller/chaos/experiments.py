@@ -49,6 +49,9 @@ class Injection:
     # confirm.injection_state).  None: nothing to confirm beyond the act itself.
     kept: frozenset[str] | None = None
     notes: list[str] = field(default_factory=list)
+    # Judged as this instead once the gang is evicted saying that no lost node of it could
+    # be replaced (core's NOT_REPLACED): its domain was full, and eviction was right.
+    fallback: Injection | None = None
 
 
 def too_many(gang: GangSeen, deleted: int, *, field: str) -> None:
@@ -96,7 +99,9 @@ def replaces_lost_nodes(gang: GangSeen, objs: Iterable[Any]) -> bool:
 
     ``objs``: the listed objects (``Located``, or raw objects)."""
     raw = [getattr(o, "obj", o) for o in objs]
-    queue_name = get(gang.group, "spec.queue", str, "") if gang.group else ""
+    if not gang.group or not get(gang.group, "status.topologyDomain", str, ""):
+        return False  # only a gang admitted with a topology request has a domain to stay in
+    queue_name = get(gang.group, "spec.queue", str, "")
     queue = next(
         (
             o
@@ -121,7 +126,7 @@ def replaces_lost_nodes(gang: GangSeen, objs: Iterable[Any]) -> bool:
             None,
         )
         chosen = get(quota, "spec.onNodeFailure", str, "") if quota else ""
-    return chosen == "Replace"
+    return chosen != "Evict"  # the default is Replace
 
 
 # What recovery shows when the gang's Queue (or TeamQuota) says onNodeFailure: Replace:
@@ -133,7 +138,9 @@ def node_loss(gang: GangSeen, node: Obj, *, keep_in: str, replaces: bool = False
     """Delete the Node (as a machine that is gone): its pods go with it, in time.
 
     ``replaces``: the gang's Queue replaces lost nodes; the lost members must come back
-    on a replacement node of the same domain, and the gang must never be evicted."""
+    on a replacement node of the same domain, and the gang must never be evicted, unless
+    its eviction says that no node of the domain could take them (then it is judged as
+    a node loss without replacement: evicted, requeued, admitted again elsewhere)."""
     holding(gang)
     name = get(node, "metadata.name", str, "")
     steps = [
@@ -145,6 +152,16 @@ def node_loss(gang: GangSeen, node: Obj, *, keep_in: str, replaces: bool = False
         marks.keep_deleted_node(node, keep_in)
         marks.gateway.delete(gw.NODE, "", name)
 
+    evicts = Injection(
+        "node-loss",
+        steps,
+        (name,),
+        act,
+        reasons=("MembersLost", "PodsReadyTimeout"),
+        avoid=(name,),
+        margin=60.0 + POD_GC_SECONDS,
+        notes=[f"the cluster deletes the pods of a lost node after about {POD_GC_SECONDS:.0f}s"],
+    )
     if replaces:
         return Injection(
             "node-loss",
@@ -157,19 +174,13 @@ def node_loss(gang: GangSeen, node: Obj, *, keep_in: str, replaces: bool = False
             margin=60.0 + POD_GC_SECONDS,
             notes=[
                 f"the cluster deletes the pods of a lost node after about {POD_GC_SECONDS:.0f}s",
-                "the Queue replaces lost nodes (onNodeFailure: Replace): expects NodeReplaced",
+                "the Queue replaces lost nodes (onNodeFailure: Replace, the default): expects "
+                "NodeReplaced; an eviction that says no node of the domain fits is judged as "
+                "a node loss without replacement",
             ],
+            fallback=evicts,
         )
-    return Injection(
-        "node-loss",
-        steps,
-        (name,),
-        act,
-        reasons=("MembersLost", "PodsReadyTimeout"),
-        avoid=(name,),
-        margin=60.0 + POD_GC_SECONDS,
-        notes=[f"the cluster deletes the pods of a lost node after about {POD_GC_SECONDS:.0f}s"],
-    )
+    return evicts
 
 
 def gpu_fault(node: Obj, *, gpu: int, xid: int, run: str, now: float) -> Injection:

@@ -19,6 +19,7 @@ from queue_controller.chaos.experiments import Injection
 from queue_controller.chaos.marks import Marks, undo
 from queue_controller.chaos.observe import GangSeen, Mark, Timeline, read_gang
 from queue_controller.check import Timing, Violation, Watch, cluster_objects, look
+from queue_controller.core.cycle import NOT_REPLACED
 from queue_controller.kube import gateway as gw
 from queue_controller.kube.fields import get
 from queue_controller.kube.snapshot import Located
@@ -184,6 +185,7 @@ class Runner:
             seen = read_gang(self.gateway, gang.namespace, gang.name, gang.kind)
             for mark in timeline.observe(seen, now):
                 self._show(mark)
+            injection = self._fall_back(injection, outcome)
             if not self._confirm(injection, seen, outcome, now):
                 return  # the fault never took hold: nothing to judge the controller on
             if now >= next_look:
@@ -202,6 +204,20 @@ class Runner:
             elif now - timeline.injected_at > outcome.deadline:
                 return
             time.sleep(QUICK)
+
+    def _fall_back(self, injection: Injection, outcome: Outcome) -> Injection:
+        """A gang whose Queue replaces lost nodes, evicted saying none of its domain fit
+        (core's NOT_REPLACED): judged from then on as a loss without replacement, since
+        evicting it was right; an eviction that does not say so still fails the run."""
+        timeline, fallback = outcome.timeline, injection.fallback
+        evicted = next((m for m in timeline.marks if m.phase == "evicted"), None)
+        if fallback is None or evicted is None or NOT_REPLACED not in evicted.detail:
+            return injection
+        self.say("no node of its domain could take the lost members: judged as an eviction")
+        outcome.injection = fallback
+        timeline.track_replaced = "replaced" in fallback.expect
+        timeline.track_running = "running" in fallback.expect
+        return fallback
 
     def _confirm(self, injection: Injection, seen: GangSeen, outcome: Outcome, now: float) -> bool:
         """Whether the fault holds (or may yet): False once a stopped member started."""

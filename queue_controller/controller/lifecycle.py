@@ -30,7 +30,7 @@ from queue_controller.controller.replacing import rewrite
 from queue_controller.controller.reservations import is_new, pending_fields, settled_fields
 from queue_controller.controller.status import iso
 from queue_controller.controller.summaries import summaries
-from queue_controller.core.cycle import CycleResult, lost_reason, policy
+from queue_controller.core.cycle import NOT_REPLACED, CycleResult, lost_reason, policy
 from queue_controller.core.model import (
     Decision,
     GpuHealth,
@@ -91,13 +91,18 @@ class Signals:
     replacements: Mapping[str, tuple[Replacement, ...]] = field(default_factory=dict)
 
     quotas: Mapping[str, TeamQuota] = field(default_factory=dict)
+    # Gangs the core found no replacement for: gang key -> why (said in their eviction).
+    unreplaced: Mapping[str, str] = field(default_factory=dict)
 
-    def lost(self, plan: Iterable[str], queue: Queue | None) -> frozenset[str]:
+    def lost(self, plan: Iterable[str], gang: GangView) -> frozenset[str]:
         """The nodes of ``plan`` that are gone, NotReady or without a healthy GPU, for a
-        gang whose Queue replaces them (``onNodeFailure: Replace``); none for others,
-        whose members go where the plan says, as before."""
+        gang with a topology request whose Queue replaces them (``onNodeFailure:
+        Replace``, the default); none for others, whose members go where the plan says."""
+        queue = gang.queue
         if self.nodes is None or queue is None or policy(queue, self.quotas) is not REPLACE:
             return frozenset()
+        if not any(s.topology is not None for s in gang.workload.pod_sets):
+            return frozenset()  # only such a gang is replaced (core/cycle/replacement.py)
         nodes = self.nodes
         return frozenset(n for n in plan if lost_reason(nodes.get(n)) is not None)
 
@@ -126,6 +131,7 @@ class Planner:
             {node.name: node for node in seen.snapshot.nodes},
             {key: tuple(ones) for key, ones in replaced.items()},
             {view.model.name: view.model for view in seen.quotas},
+            result.unreplaced,
         )
         out: list[act.Action] = []
         victims = self._victims(seen, result, now)
@@ -289,7 +295,7 @@ class Planner:
                 )
             ]
         plan = {*status.placement, *(n for s in status.podSetPlacement.values() for n in s)}
-        out: list[act.Action] = list(member_bindings(gang, signals.lost(plan, gang.queue)))
+        out: list[act.Action] = list(member_bindings(gang, signals.lost(plan, gang)))
         replaced = signals.replacements.get(gang.key)
         if replaced:
             # Its members bound now stay put; the lost ones' new pods are sent to the
@@ -350,6 +356,9 @@ class Planner:
         since = epoch_seconds(changed) if changed else now
         if now >= since + timeout:
             message = f"only {running + done} of {min_member} members running for {timeout}s"
+            why = signals.unreplaced.get(gang.key)
+            if why:  # its Queue replaces lost nodes, and none fit: say so (chaos reads it)
+                message += f"; {NOT_REPLACED}{why}"
             out.append(self._evict(gang, now, "MembersLost", message, since))
         return out
 

@@ -129,13 +129,15 @@ class Releaser:
 
     def _replaces(self, gang: GangView) -> bool:
         """Whether the gang's Queue (else its TeamQuota) says ``onNodeFailure: Replace``."""
-        queue = self.state.get("Queue", gang.namespace, gang.gang.facts.queue) or {}
+        queue = self.state.get("Queue", gang.namespace, gang.gang.facts.queue)
+        if not queue or not any(s.topology is not None for s in gang.workload.pod_sets):
+            return False  # only a gang with a topology request is replaced (core/cycle)
         spec = queue.get("spec") or {}
         chosen = spec.get("onNodeFailure")
         if chosen is None:
             quota = self.state.get("TeamQuota", "", str(spec.get("teamQuota", ""))) or {}
             chosen = (quota.get("spec") or {}).get("onNodeFailure")
-        return chosen == "Replace"
+        return chosen != "Evict"  # the default is Replace
 
     def _note(self, arrived: Iterable[Key]) -> set[_GangKey]:
         """The gangs the arrived gated pods belong to (kept with the pods' names)."""

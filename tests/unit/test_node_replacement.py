@@ -109,11 +109,16 @@ def test_a_deleted_node_is_replaced_inside_its_rack() -> None:
     )
 
 
-def test_evict_is_the_default_and_nothing_is_replaced() -> None:
+def test_replace_is_the_default_as_in_kueue_and_evict_opts_out() -> None:
+    """Kueue's TASFailedNodeReplacement is on by default (beta since v0.14): a Queue and
+    TeamQuota that say nothing replace; ``onNodeFailure: Evict`` keeps the old way."""
     nodes = racks(("b0", "r0", 3))
     gang = admitted({"r0-n0": 1, "r0-n1": 1})
     plain = Queue("ns", "q", "team", topology_name="dc")
     result = cycle(without(nodes, "r0-n0"), gang, pods=(member("r0-n1"),), queue=plain)
+    assert [(r.lost, r.node) for r in result.replacements] == [("r0-n0", "r0-n2")]
+    evicting = replace(plain, on_node_failure=NodeFailure.EVICT)
+    result = cycle(without(nodes, "r0-n0"), gang, pods=(member("r0-n1"),), queue=evicting)
     assert result.replacements == ()
 
 
@@ -126,7 +131,7 @@ def test_the_queue_wins_over_its_team_quota_and_the_quota_applies_when_the_queue
     quotas = {"team": replacing}
     assert policy(silent, quotas) is NodeFailure.REPLACE
     assert policy(evicting, quotas) is NodeFailure.EVICT
-    assert policy(silent, {}) is NodeFailure.EVICT
+    assert policy(silent, {}) is NodeFailure.REPLACE
     nodes = racks(("b0", "r0", 3))
     gang = admitted({"r0-n0": 1, "r0-n1": 1})
     lost = without(nodes, "r0-n0")
@@ -141,7 +146,12 @@ def test_the_queue_wins_over_its_team_quota_and_the_quota_applies_when_the_queue
 def test_a_full_rack_has_no_replacement_even_with_room_in_another_rack() -> None:
     nodes = racks(("b0", "r0", 2), ("b0", "r1", 2))
     gang = admitted({"r0-n0": 1, "r0-n1": 1})
-    assert cycle(without(nodes, "r0-n0"), gang, pods=(member("r0-n1"),)).replacements == ()
+    result = cycle(without(nodes, "r0-n0"), gang, pods=(member("r0-n1"),))
+    assert result.replacements == ()
+    # Why, for its eviction to say (and chaos to read): the rack, the members, the node.
+    assert result.unreplaced == {
+        gang.key: "no node of rack b0/r0 takes the 1 member of pod set main that was on r0-n0"
+    }
 
 
 def test_a_busy_node_of_the_rack_is_no_replacement() -> None:
@@ -150,6 +160,7 @@ def test_a_busy_node_of_the_rack_is_no_replacement() -> None:
     gang = admitted({"r0-n0": 1, "r0-n1": 1})
     result = cycle(without(nodes, "r0-n0"), gang, pods=(member("r0-n1"), other))
     assert result.replacements == ()
+    assert "no node of rack b0/r0 takes" in result.unreplaced[gang.key]
 
 
 def test_a_notready_node_whose_member_still_runs_is_not_replaced_until_the_member_goes() -> None:

@@ -6,11 +6,12 @@ lost member's new pod to the replacement, and the running member is left alone."
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 from queue_controller.api.v1alpha1 import PodGroupStatus
 from queue_controller.chaos.experiments import REPLACED_PHASES, node_loss, replaces_lost_nodes
-from queue_controller.chaos.observe import GangSeen, Member, Timeline
+from queue_controller.chaos.observe import PHASES, GangSeen, Member, Timeline
 from queue_controller.controller import actions as act
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.lifecycle import Planner
@@ -18,6 +19,7 @@ from queue_controller.controller.metrics import Metrics
 from queue_controller.controller.replacing import rewrite
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult
+from queue_controller.core.cycle import NOT_REPLACED
 from queue_controller.core.model import Replacement
 from tests.fakes.gateway import FakeGateway
 from tests.unit.test_lifecycle import NOW, QUEUE, group, iso, job, pod
@@ -25,6 +27,17 @@ from tests.unit.test_reservation_controller import node
 from tests.views import seen
 
 REPLACING = {**QUEUE, "spec": {**QUEUE["spec"], "onNodeFailure": "Replace"}}
+RACK = "topology.queue-controller.io/rack"
+
+
+def rack_job() -> dict[str, Any]:
+    """The Job, asking for one rack: only a gang with a topology request is replaced."""
+    body = job(suspend=False)
+    annotations = {"queue-controller.io/topology-required": RACK}
+    body["spec"]["template"]["metadata"] = {"annotations": annotations}
+    return body
+
+
 LOST = Replacement("Job/ns/train", "main", "n1", "Deleted", "n3", 1, "b/r")
 
 
@@ -36,9 +49,7 @@ def running_gang(*pods: dict[str, Any]) -> tuple[FakeGateway, ClusterState, Appl
         topologyDomain="b/r",
         topologyAssignment={"main": {"domain": "b/r", "slices": [{"n1": 1}, {"n2": 1}]}},
     )
-    fake = FakeGateway(
-        REPLACING, job(suspend=False), pg, node("n2"), node("n3"), *pods, clock=lambda: NOW
-    )
+    fake = FakeGateway(REPLACING, rack_job(), pg, node("n2"), node("n3"), *pods, clock=lambda: NOW)
     state = ClusterState()
     state.replace_all(fake.all())
     return fake, state, Applier(fake, state, None, Metrics(), clock=lambda: NOW)
@@ -128,7 +139,8 @@ def test_chaos_marks_replaced_then_running_only_once_the_gang_is_whole_again() -
 
 
 def test_chaos_knows_a_queue_that_replaces_or_its_team_quotas() -> None:
-    gang = GangSeen("ns", "train", {}, {"spec": {"queue": "q"}}, ())
+    admitted = {"spec": {"queue": "q"}, "status": {"topologyDomain": "b/r"}}
+    gang = GangSeen("ns", "train", {}, admitted, ())
 
     def queue(**spec: str) -> dict[str, Any]:
         meta = {"name": "q", "namespace": "ns"}
@@ -136,9 +148,14 @@ def test_chaos_knows_a_queue_that_replaces_or_its_team_quotas() -> None:
 
     quota = {"kind": "TeamQuota", "metadata": {"name": "t"}, "spec": {"onNodeFailure": "Replace"}}
     assert replaces_lost_nodes(gang, [queue(onNodeFailure="Replace")])
-    assert not replaces_lost_nodes(gang, [queue()])
+    assert replaces_lost_nodes(gang, [queue()])  # Replace is the default
     assert replaces_lost_nodes(gang, [queue(), quota])
     assert not replaces_lost_nodes(gang, [queue(onNodeFailure="Evict"), quota])
+    evicting = {**quota, "spec": {"onNodeFailure": "Evict"}}
+    assert not replaces_lost_nodes(gang, [queue(), evicting])
+    # A gang admitted without a topology request has no domain to be replaced in.
+    plain = GangSeen("ns", "train", {}, {"spec": {"queue": "q"}}, ())
+    assert not replaces_lost_nodes(plain, [queue(onNodeFailure="Replace")])
     node = {"metadata": {"name": "n1"}}
     injection = node_loss(seen_running(), node, keep_in="ns", replaces=True)
     assert (injection.expect, injection.once) == (REPLACED_PHASES, True)
@@ -147,3 +164,66 @@ def test_chaos_knows_a_queue_that_replaces_or_its_team_quotas() -> None:
 def seen_running() -> GangSeen:
     group = {"spec": {"queue": "q"}, "status": {"phase": "Running"}}
     return GangSeen("ns", "train", {"spec": {"suspend": False}}, group, ())
+
+
+def test_a_gang_with_no_replacement_is_evicted_saying_why() -> None:
+    """No node of the rack fits: the MembersLost timeout evicts it whole, as without
+    replacement, and the eviction carries the core's reason (chaos reads it)."""
+    _, state, _ = running_gang(pod("m0", node="n2"))
+    held = copy.deepcopy(state.get("PodGroup", "ns", "train"))
+    assert held is not None
+    held["metadata"]["resourceVersion"] = "99"
+    held["status"]["conditions"] = [
+        {
+            "type": "PodsReady",
+            "status": "False",
+            "reason": "MembersLost",
+            "lastTransitionTime": iso(1000),  # long past the 300 s timeout
+        }
+    ]
+    state.upsert(held)
+    why = "no node of rack b/r takes the 1 member of pod set main that was on n1"
+    result = CycleResult((), {}, unreplaced={"Job/ns/train": why})
+    actions = Planner(300).plan(seen(state, NOW), result, now=NOW)
+    (evict,) = [a for a in actions if isinstance(a, act.Evict)]
+    assert evict.reason == "MembersLost"
+    assert evict.message.endswith(f"; {NOT_REPLACED}{why}")
+    # Without the core's word, the eviction says nothing of replacement.
+    plain = Planner(300).plan(seen(state, NOW), CycleResult((), {}), now=NOW)
+    (evict,) = [a for a in plain if isinstance(a, act.Evict)]
+    assert NOT_REPLACED not in evict.message
+
+
+def test_chaos_judges_an_eviction_that_says_no_replacement_fit_as_a_loss_without_one() -> None:
+    """node-loss on a gang whose Queue replaces (the default): evicted saying that no node
+    of its rack fits is right, and the run passes once the gang is readmitted; evicted
+    without saying so is a broken promise, and the run fails."""
+    from queue_controller.chaos.runner import Outcome, Runner
+    from queue_controller.check import Timing
+    from tests.unit.test_chaos import MemoryGateway
+
+    def judged(detail: str) -> Outcome:
+        injection = node_loss(
+            seen_running(), {"metadata": {"name": "n1"}}, keep_in="ns", replaces=True
+        )
+        line = Timeline(injected_at=100.0, requeues_before=0)
+        line.track_running = line.track_replaced = True
+        outcome = Outcome("r", injection, line, deadline=600.0)
+        said: list[str] = []
+        runner = Runner(MemoryGateway({}), run="r", timing=Timing(), interval=1.0, say=said.append)
+        line.mark("injected", 100.0, "delete Node n1")
+        line.mark("evicted", 200.0, detail)
+        runner._fall_back(injection, outcome)
+        for phase in ("quota back", "requeued", "readmitted"):
+            line.mark(phase, 210.0, "")
+        runner._judge(outcome)
+        return outcome
+
+    why = "no node of rack b/r takes the 1 member of pod set main that was on n1"
+    right = judged(f"MembersLost: only 1 of 2 members running for 300s; {NOT_REPLACED}{why}")
+    assert right.injection.fallback is None
+    assert right.injection.expect == PHASES
+    assert right.problems == []
+    wrong = judged("MembersLost: only 1 of 2 members running for 300s")
+    assert wrong.injection.expect == REPLACED_PHASES
+    assert any("admission was lost" in p for p in wrong.problems), wrong.problems

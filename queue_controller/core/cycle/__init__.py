@@ -17,10 +17,11 @@ from queue_controller.core.cycle.admission import (
 from queue_controller.core.cycle.pacing import (
     DEFAULT_CREATION_BACKLOG,
 )
-from queue_controller.core.cycle.replacement import lost_reason, policy
+from queue_controller.core.cycle.replacement import NOT_REPLACED, lost_reason, policy
 
 __all__ = [
     "DEFAULT_CREATION_BACKLOG",
+    "NOT_REPLACED",
     "CycleResult",
     "lost_reason",
     "policy",

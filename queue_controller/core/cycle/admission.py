@@ -78,6 +78,8 @@ class CycleResult:
     # Lost nodes of admitted gangs' plans and the nodes that take their members
     # (core/cycle/replacement.py), decided before any pending gang.
     replacements: tuple[Replacement, ...] = ()
+    # Admitted gangs with a lost node that chose Replace but got none: gang key -> why.
+    unreplaced: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Cycle:
@@ -142,7 +144,7 @@ class _Cycle:
             ),
         )
         # Replacements first, as Kueue gives them priority: the gang already runs.
-        self.replacements = replace_lost(
+        self.replacements, self.unreplaced = replace_lost(
             lost, shapes=lost_shapes, placer=self.placer, nodes=by_name, used=used, held=self.held
         )
         # Nodes with some GPUs out, named when a gang does not fit (rarely any).
@@ -267,6 +269,7 @@ class _Cycle:
             cohorts=cohorts,
             queue_usage=self.fair_queues.result(),
             replacements=self.replacements,
+            unreplaced=self.unreplaced,
         )
 
     def _borrowing_turns(self, borrowers: list[Prepared]) -> Iterator[tuple[Prepared, Decision]]:

@@ -50,6 +50,10 @@ from queue_controller.core.rules.nodes import HOSTNAME_LABEL, is_ready, usable_a
 from queue_controller.core.rules.prepared import TERMINATED_PHASES, Prepared, Usage
 from queue_controller.core.rules.topology import UNCONSTRAINED, TopologyAsk
 
+# How an eviction says that the gang's Queue replaces lost nodes and none fit: ``chaos``
+# then judges the eviction as right (the domain was full), not a broken promise.
+NOT_REPLACED = "not replaced: "
+
 
 def lost_reason(node: Node | None) -> str | None:
     """Why a node of a plan is lost (Deleted, NotReady, GPUUnhealthy), or None."""
@@ -63,11 +67,11 @@ def lost_reason(node: Node | None) -> str | None:
 
 
 def policy(queue: Queue, quotas: Mapping[str, TeamQuota]) -> NodeFailure:
-    """The Queue's ``onNodeFailure`` if it sets one, else its TeamQuota's (default Evict)."""
+    """The Queue's ``onNodeFailure`` if it sets one, else its TeamQuota's (default Replace)."""
     if queue.on_node_failure is not None:
         return queue.on_node_failure
     quota = quotas.get(queue.team_quota)
-    return quota.on_node_failure if quota is not None else NodeFailure.EVICT
+    return quota.on_node_failure if quota is not None else NodeFailure.REPLACE
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,17 +181,19 @@ class _Search:
 
     def one(
         self, item: SetShape, lost: str, members: int, placer: Placer
-    ) -> tuple[Replacement, Placement] | None:
+    ) -> tuple[Replacement, Placement] | str:
+        """The replacement of ``lost`` for one pod set, committed; or why there is none."""
         shape = item.shape
         ask = shape.topology
+        pod_set = item.pod_set.name
         if ask is None:
-            return None  # a pod set that asked for no topology is not replaced
+            return f"pod set {pod_set} asked for no topology: it has no domain to stay in"
         depth = _depth(ask)
         if depth >= ask.node_depth:
-            return None  # required on one node: no other node is in its domain
-        domain = self.domain_of(item.pod_set.name, lost, ask, depth)
+            return f"pod set {pod_set} is required on one node: no other node is in its domain"
+        domain = self.domain_of(pod_set, lost, ask, depth)
         if domain is None:
-            return None
+            return f"the domain of lost node {lost} is not known"
         near = self.path(lost, ask) or domain
         best: tuple[tuple[int, int, str], Placement] | None = None
         for name in sorted(self.nodes):
@@ -203,7 +209,15 @@ class _Search:
             if best is None or rank < best[0]:
                 best = (rank, placement)
         if best is None:
-            return None
+            where = (
+                f"{ask.level_name(depth)} {'/'.join(domain)}"
+                if depth != UNCONSTRAINED
+                else f"Topology {ask.topology}"
+            )
+            return (
+                f"no node of {where} takes the {members} member{'s' if members > 1 else ''} "
+                f"of pod set {pod_set} that {'were' if members > 1 else 'was'} on {lost}"
+            )
         node = best[0][2]
         placer.commit(shape, best[1])
         found = Replacement(
@@ -252,10 +266,12 @@ def replace_lost(
     nodes: Mapping[str, Node],
     used: Usage,
     held: dict[str, Usage],
-) -> tuple[Replacement, ...]:
+) -> tuple[tuple[Replacement, ...], dict[str, str]]:
     """Each gang's replacements, all or none, committed on ``placer``; ``used`` and
-    ``held`` charged with them, as if the plans already named the new nodes."""
+    ``held`` charged with them, as if the plans already named the new nodes.  And, for
+    each gang that gets none, why (its eviction says so: core's word, not a guess)."""
     out: list[Replacement] = []
+    unreplaced: dict[str, str] = {}
     for plan in plans:
         key = plan.prepared.workload.key
         sets = {item.pod_set.name: item for item in shapes.get(key, ())}
@@ -265,8 +281,13 @@ def replace_lost(
         for pod_set, lost in sorted(plan.lost.items()):
             item = sets.get(pod_set)
             for node, members in lost:
-                result = search.one(item, node, members, placer) if item is not None else None
-                if item is None or result is None:
+                if item is None:
+                    unreplaced[key] = f"pod set {pod_set} is not in the workload"
+                    whole = False
+                    break
+                result = search.one(item, node, members, placer)
+                if isinstance(result, str):
+                    unreplaced[key] = result
                     whole = False
                     break
                 done.append((item, *result))
@@ -282,4 +303,4 @@ def replace_lost(
                 for resource, amount in item.shape.request.items():
                     node_used[resource] = node_used.get(resource, 0) + amount * found.members
             out.append(found)
-    return tuple(out)
+    return tuple(out), unreplaced

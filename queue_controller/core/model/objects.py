@@ -283,7 +283,7 @@ class TeamQuota:
     cohort: str = ""
     preemption: Preemption = Preemption()
     # What its Queues' gangs do when a node of theirs is lost, unless a Queue says.
-    on_node_failure: NodeFailure = NodeFailure.EVICT
+    on_node_failure: NodeFailure = NodeFailure.REPLACE
     # spec.fairSharing.weight, in thousandths (1000 = weight 1): a quota's share of
     # what it borrows is divided by it.  Zero: it borrows only what nobody else wants.
     fair_weight: int = 1000
