@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queue_controller.api.v1alpha1 import PodGroupStatus
-from queue_controller.controller.status import iso
+from queue_controller.controller.status import iso, topology_domain
 from queue_controller.core.model import Replacement
 
 
@@ -36,6 +36,24 @@ def _moved(plan: Mapping[str, int], lost: str, node: str) -> dict[str, int]:
     return out
 
 
+def narrowed(domain: str, replacement: Replacement) -> str:
+    """A pod set's recorded domain (the narrowest holding its members) once a replacement
+    took the lost node's members: the lost node itself, if every member was there (the
+    domain ends with its name), becomes the replacement's own domain; otherwise the two
+    share the domain both lie in, which may be broader than the old one."""
+    if not domain or not replacement.node_domain:
+        return domain
+    parts = domain.split("/")
+    if parts[-1] == replacement.lost:
+        return replacement.node_domain
+    shared = []
+    for mine, theirs in zip(parts, replacement.node_domain.split("/"), strict=False):
+        if mine != theirs:
+            break
+        shared.append(mine)
+    return "/".join(shared)
+
+
 def rewrite(
     status: PodGroupStatus, first: str, replacements: Sequence[Replacement], now: float
 ) -> Rewritten:
@@ -48,6 +66,7 @@ def rewrite(
         for name, a in status.topologyAssignment.items()
         if a.slices
     }
+    domains = {name: a.domain for name, a in status.topologyAssignment.items()}
     for r in replacements:
         plan = by_set.get(r.pod_set) if by_set else placement if r.pod_set == first else None
         if plan is None or r.lost not in plan:
@@ -64,6 +83,8 @@ def rewrite(
             placement = _moved(placement, r.lost, r.node)
         if r.pod_set in sliced:
             sliced[r.pod_set] = [_moved(one, r.lost, r.node) for one in sliced[r.pod_set]]
+        if r.pod_set in domains:
+            domains[r.pod_set] = narrowed(domains[r.pod_set], r)
     patch: dict[str, Any] = {
         "placement": {**dict.fromkeys(status.placement), **placement},
         "replacedNodes": [
@@ -85,6 +106,19 @@ def rewrite(
             name: {**dict.fromkeys(status.podSetPlacement.get(name, {})), **nodes}
             for name, nodes in by_set.items()
         }
-    if sliced:
-        patch["topologyAssignment"] = {name: {"slices": one} for name, one in sliced.items()}
+    changed = {
+        name: domain
+        for name, domain in domains.items()
+        if domain != status.topologyAssignment[name].domain
+    }
+    if sliced or changed:
+        patch["topologyAssignment"] = {
+            name: {
+                **({"slices": sliced[name]} if name in sliced else {}),
+                **({"domain": changed[name]} if name in changed else {}),
+            }
+            for name in sorted({*sliced, *changed})
+        }
+    if changed:
+        patch["topologyDomain"] = topology_domain({n: d for n, d in domains.items() if d})
     return Rewritten(placement, by_set, sliced, patch)

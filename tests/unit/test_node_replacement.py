@@ -105,7 +105,7 @@ def test_a_deleted_node_is_replaced_inside_its_rack() -> None:
     gang = admitted({"r0-n0": 1, "r0-n1": 1})
     result = cycle(without(nodes, "r0-n0"), gang, pods=(member("r0-n1"),))
     assert result.replacements == (
-        Replacement(KEY, "main", "r0-n0", "Deleted", "r0-n2", 1, "b0/r0"),
+        Replacement(KEY, "main", "r0-n0", "Deleted", "r0-n2", 1, "b0/r0", "b0/r0/r0-n2"),
     )
 
 

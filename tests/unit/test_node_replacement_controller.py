@@ -16,7 +16,7 @@ from queue_controller.controller import actions as act
 from queue_controller.controller.apply import Applier
 from queue_controller.controller.lifecycle import Planner
 from queue_controller.controller.metrics import Metrics
-from queue_controller.controller.replacing import rewrite
+from queue_controller.controller.replacing import narrowed, rewrite
 from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult
 from queue_controller.core.cycle import NOT_REPLACED
@@ -227,3 +227,39 @@ def test_chaos_judges_an_eviction_that_says_no_replacement_fit_as_a_loss_without
     wrong = judged("MembersLost: only 1 of 2 members running for 300s")
     assert wrong.injection.expect == REPLACED_PHASES
     assert any("admission was lost" in p for p in wrong.problems), wrong.problems
+
+
+def test_the_recorded_domain_follows_the_members_to_the_replacement() -> None:
+    """status.topologyDomain is the narrowest domain holding the members: a pod set that
+    was all on the lost node is now all on the replacement; one spread over a rack stays
+    in the rack; one whose replacement lies in another rack of the block widens to it."""
+    one_node = Replacement("k", "main", "n1", "Deleted", "n3", 2, "b/r", "b/r/n3")
+    assert narrowed("b/r/n1", one_node) == "b/r/n3"
+    assert narrowed("b/r", one_node) == "b/r"
+    other_rack = Replacement("k", "main", "n1", "Deleted", "n5", 1, "b", "b/r2/n5")
+    assert narrowed("b/r", other_rack) == "b"
+    assert narrowed("", other_rack) == ""  # nothing recorded: nothing to narrow
+
+    status = PodGroupStatus.model_validate(
+        {
+            "placement": {"n1": 2},
+            "topologyDomain": "b/r/n1",
+            "topologyAssignment": {"main": {"domain": "b/r/n1", "slices": [{"n1": 2}]}},
+        }
+    )
+    moved = rewrite(status, "main", [one_node], NOW)
+    assert moved.patch["topologyDomain"] == "b/r/n3"
+    assert moved.patch["topologyAssignment"] == {
+        "main": {"slices": [{"n3": 2}], "domain": "b/r/n3"}
+    }
+    # A replacement that leaves the domain as it was writes no domain.
+    spread = PodGroupStatus.model_validate(
+        {
+            "placement": {"n1": 1, "n2": 1},
+            "topologyDomain": "b/r",
+            "topologyAssignment": {"main": {"domain": "b/r", "slices": []}},
+        }
+    )
+    moved = rewrite(spread, "main", [one_node], NOW)
+    assert "topologyDomain" not in moved.patch
+    assert "topologyAssignment" not in moved.patch

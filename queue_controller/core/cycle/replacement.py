@@ -196,6 +196,7 @@ class _Search:
             return f"the domain of lost node {lost} is not known"
         near = self.path(lost, ask) or domain
         best: tuple[tuple[int, int, str], Placement] | None = None
+        best_path: tuple[str, ...] = ()
         for name in sorted(self.nodes):
             if name in self.plan.why:
                 continue
@@ -208,6 +209,7 @@ class _Search:
             rank = (-_shared(path, near), self._room(name, shape), name)
             if best is None or rank < best[0]:
                 best = (rank, placement)
+                best_path = path
         if best is None:
             where = (
                 f"{ask.level_name(depth)} {'/'.join(domain)}"
@@ -228,6 +230,7 @@ class _Search:
             node=node,
             members=members,
             domain="/".join(domain),
+            node_domain="/".join((*best_path, node) if ask.has_hostname else best_path),
         )
         return found, best[1]
 

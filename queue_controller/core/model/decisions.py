@@ -160,6 +160,9 @@ class Replacement:
     node: str  # the replacement node
     members: int  # the pod set's members planned on the lost node, now on ``node``
     domain: str  # the domain both lie in (label values joined by "/"); "" for anywhere
+    # The replacement's own domain path, down to the node where the Topology's last level
+    # is the hostname: the pod set's recorded domain is narrowed to it (controller).
+    node_domain: str = ""
 
     def describe(self) -> str:
         where = f" in domain {self.domain}" if self.domain else ""
