@@ -39,20 +39,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter, floordiv, itemgetter, sub
-from typing import Any
+from operator import attrgetter, floordiv, itemgetter
 
 from queue_controller.core.devices.dims import BoundDims
-from queue_controller.core.model.objects import Node, NodeFacts
+from queue_controller.core.model.objects import Node
 from queue_controller.core.model.resources import Resources, is_extended, scarcity_rank
+from queue_controller.core.placement.choosing import choose_nodes
+from queue_controller.core.placement.classes import Classes, classify, merge
 from queue_controller.core.placement.explain import Scatter, explain_shortfall
 from queue_controller.core.placement.nodeclasses import (
     ClassShortfall,
     ClassView,
-    FreeVector,
     MemberRequest,
     NodeClass,
-    Rank,
     node_facts,
     referenced_node_fields,
 )
@@ -64,27 +63,11 @@ from queue_controller.core.placement.topology.slices import placement_on
 from queue_controller.core.rules.nodes import exclusion
 from queue_controller.core.rules.topology import HOSTNAME
 
-# What nodes of one class agree on: readiness, cordon, taints, GPU health, the label
-# values and presences some gang reads, the name (when a gang selects by it), allocatable.
-ClassKey = tuple[Any, ...]
-
 
 @dataclass(frozen=True, slots=True)
 class _Eligibility:
     classes: tuple[NodeClass, ...]
     excluded: Mapping[str, int]  # exclusion -> node count
-
-
-@dataclass(slots=True)
-class _Spread:
-    """One bucket of a class as a spread fills it: its nodes (one free vector), the
-    members each takes, and how many of the nodes are taken so far."""
-
-    rank: Rank
-    fits: int  # members per node
-    free: FreeVector
-    names: list[str]
-    taken: int = 0
 
 
 class EquivalenceIndex:
@@ -130,15 +113,22 @@ class EquivalenceIndex:
         # (placement, node) -> the devices a commit took, for its release to give back.
         self._taken: dict[tuple[int, str], list[int]] = {}
         label_keys, present_keys, by_name = referenced_node_fields(shapes, by_topology=by_topology)
-        self._label_keys = label_keys
-        self._classes: list[NodeClass] = []
-        self._where: dict[str, tuple[NodeClass, FreeVector]] = {}
-        # Class key -> class: what the fine index's classes are merged by, below.
-        self._keys: dict[ClassKey, NodeClass] = {}
         if self._fine is not None:
-            self._merge(self._fine, label_keys, present_keys)
+            assert not present_keys, "only an index split by topology keys on label presence"
+            self._built: Classes = merge(self._fine._built, label_keys)
         else:
-            self._classify(nodes, all_facts, used, label_keys, present_keys, by_name=by_name)
+            self._built = classify(
+                nodes,
+                all_facts,
+                used,
+                dims=self._dims,
+                devices=self._devices,
+                label_keys=label_keys,
+                present_keys=present_keys,
+                by_name=by_name,
+            )
+        self._classes = self._built.ordered
+        self._where = self._built.where
         self._eligibility: dict[Hashable, _Eligibility] = {}
         self._requests: dict[Hashable, MemberRequest] = {}
         # (shape, members) -> (class move-log lengths when written, message)
@@ -149,85 +139,6 @@ class EquivalenceIndex:
         self._skeletons: dict[Hashable, Skeleton] = {}
         self._searches: dict[Hashable, DomainSearch] = {}
         self._totals: dict[Hashable, Totals] = {}
-
-    # -- classes ---------------------------------------------------------------
-
-    def _classify(
-        self,
-        nodes: Sequence[Node],
-        all_facts: Sequence[NodeFacts],
-        used: Mapping[str, Resources],
-        label_keys: tuple[str, ...],
-        present_keys: tuple[str, ...],
-        *,
-        by_name: bool,
-    ) -> None:
-        """Every node into its class and bucket."""
-        # This loop runs over every node at every cycle: it is written for speed.
-        by_key = self._keys
-        empty: Mapping[str, int] = {}
-        dims = self._dims
-        zeros = (0,) * len(dims)
-        for node, facts in zip(nodes, all_facts, strict=True):
-            ready, unschedulable, taints, allocatable, gpus_down = facts
-            alloc = tuple(map(allocatable.get, dims, zeros))
-            key = (
-                ready,
-                unschedulable,
-                taints,
-                gpus_down,
-                tuple(map(node.labels.get, label_keys)),
-                tuple(key in node.labels for key in present_keys),
-                node.name if by_name else None,
-                alloc,
-            )
-            node_class = by_key.get(key)
-            if node_class is None:
-                node_class = NodeClass(len(self._classes), node, alloc)
-                by_key[key] = node_class
-                self._classes.append(node_class)
-            node_used = used.get(node.name, empty)
-            free = tuple(map(sub, alloc, map(node_used.get, dims, zeros))) if node_used else alloc
-            if self._devices is not None and node_used:
-                free = self._devices.refreshed(free, alloc)
-            node_class.add(node.name, free)
-            self._where[node.name] = (node_class, free)
-
-    def _merge(
-        self, fine: EquivalenceIndex, label_keys: tuple[str, ...], present_keys: tuple[str, ...]
-    ) -> None:
-        """The classes that ignore topology, as unions of the fine index's classes: its
-        nodes are classified once, there.  A fine key is this index's key with more label
-        keys, so dropping them merges classes; the fine classes come in the order of their
-        first node, as this index's would, so class order and samples are the same."""
-        assert not present_keys, "only an index split by topology keys on label presence"
-        fine_keys = fine._label_keys
-        keep = [fine_keys.index(key) for key in label_keys]
-        where, merged = self._where, set()
-        for fine_key, fine_class in fine._keys.items():
-            labels = fine_key[4]
-            key = (*fine_key[:4], tuple(labels[i] for i in keep), (), *fine_key[6:])
-            node_class = self._keys.get(key)
-            if node_class is None:
-                node_class = NodeClass(
-                    len(self._classes), fine_class.sample, fine_class.allocatable
-                )
-                self._keys[key] = node_class
-                self._classes.append(node_class)
-            else:
-                merged.add(node_class.index)
-            buckets = node_class.buckets
-            for free, names in fine_class.buckets.items():
-                bucket = buckets.get(free)
-                if bucket is None:
-                    buckets[free] = list(names)
-                else:
-                    bucket.extend(names)
-                for name in names:
-                    where[name] = (node_class, free)
-        for index in merged:  # a bucket's names stay sorted (NodeClass.move bisects them)
-            for names in self._classes[index].buckets.values():
-                names.sort()
 
     # -- per shape, per class ------------------------------------------------
 
@@ -398,7 +309,7 @@ class EquivalenceIndex:
                 totals.seen = len(self._moved)
                 self._totals[totals_key] = totals
             scarce = self._dims[self._request(shape).pairs[0][0]]
-            search = DomainSearch(ask, totals, self._choose_in, scarce)
+            search = DomainSearch(ask, totals, choose_nodes, scarce)
             self._searches[shape.key] = search
         return search
 
@@ -505,54 +416,7 @@ class EquivalenceIndex:
     # -- choosing nodes ------------------------------------------------------
 
     def _choose(self, shape: GangShape, count: int) -> dict[str, int]:
-        return self._choose_in([self._view(shape, c) for c in self._eligible(shape).classes], count)
-
-    def _choose_in(self, views: list[ClassView], count: int) -> dict[str, int]:
-        if count <= 0:
-            return {}
-        # One node holds every member: best fit, in one pass (the common case).
-        best: tuple[Rank, str] | None = None
-        for view in views:
-            buckets = view.node_class.buckets
-            for free, (fits, rank) in view.fitting.items():
-                if fits >= count and (best is None or rank <= best[0]):
-                    candidate = (rank, buckets[free][0])
-                    if best is None or candidate < best:
-                        best = candidate
-        if best is not None:
-            return {best[1]: count}
-        return self._spread(views, count)
-
-    def _spread(self, views: list[ClassView], count: int) -> dict[str, int]:
-        """A gang larger than any node: fill the biggest nodes, then best-fit the rest."""
-        request = views[0].request
-        buckets = [
-            _Spread(rank, fits, free, view.node_class.buckets[free])
-            for view in views
-            for free, (fits, rank) in view.fitting.items()
-        ]
-        placement: dict[str, int] = {}
-        remaining = count
-        while remaining > 0:
-            whole = [b for b in buckets if b.fits >= remaining and b.taken < len(b.names)]
-            if whole:
-                best = min(whole, key=lambda b: (b.rank, b.names[b.taken]))
-                placement[best.names[best.taken]] = remaining
-                break
-            open_buckets = [b for b in buckets if b.taken < len(b.names)]
-            most = max(b.fits for b in open_buckets)
-
-            def filled(b: _Spread, most: int = most) -> tuple[Any, ...]:
-                left = tuple(b.free[d] - a * most for d, a in request.pairs)
-                return (b.rank[0], left, *b.rank[2:], b.names[b.taken])
-
-            pick = min((b for b in open_buckets if b.fits == most), key=filled)
-            nodes = min(len(pick.names) - pick.taken, remaining // most)
-            for name in pick.names[pick.taken : pick.taken + nodes]:
-                placement[name] = most
-            pick.taken += nodes
-            remaining -= nodes * most
-        return placement
+        return choose_nodes([self._view(shape, c) for c in self._eligible(shape).classes], count)
 
     # -- explaining ----------------------------------------------------------
 
