@@ -266,6 +266,15 @@ class Applier(Writer):
         # Conditional, as every status write: a plan that changed meanwhile conflicts, and
         # the next cycle decides again from what it then holds.
         await self._patch(action.group_ref, {"status": dict(action.patch)}, status=True)
+        # The journal's placement must stay exact: where the gang runs now.
+        placement = action.patch.get("placement") or {}
+        self._journal(
+            action.subject,
+            JournalEvent.REPLACED,
+            NODE_REPLACED,
+            "; ".join(action.messages),
+            placement={node: count for node, count in placement.items() if count},
+        )
         for message in action.messages:
             log.info(
                 "%s %s/%s: %s",

@@ -28,6 +28,9 @@ class JournalEvent(StrEnum):
     FINISHED = "Finished"
     INVALID = "Invalid"
     FLAGGED = "Flagged"  # a condition set on a running gang (GPUUnhealthy, Idle)
+    # A lost node of an admitted gang's plan swapped for another (reason NodeReplaced);
+    # the entry holds the plan as it is now.
+    REPLACED = "Replaced"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from pathlib import Path
 from typing import Any
 
 from queue_controller.api.v1alpha1 import PodGroupStatus
@@ -21,6 +22,7 @@ from queue_controller.controller.state import ClusterState
 from queue_controller.core import CycleResult
 from queue_controller.core.cycle import NOT_REPLACED
 from queue_controller.core.model import Replacement
+from queue_controller.journal import Journal, JournalEvent, read_history
 from tests.fakes.gateway import FakeGateway
 from tests.unit.test_lifecycle import NOW, QUEUE, group, iso, job, pod
 from tests.unit.test_reservation_controller import node
@@ -263,3 +265,20 @@ def test_the_recorded_domain_follows_the_members_to_the_replacement() -> None:
     moved = rewrite(spread, "main", [one_node], NOW)
     assert "topologyDomain" not in moved.patch
     assert "topologyAssignment" not in moved.patch
+
+
+def test_the_journal_records_the_replacement_with_the_plan_as_it_is_now(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    fake, state, _ = running_gang(pod("m0", node="n2"))
+    journal = Journal(url)
+    journal.start()  # brings the schema up
+    try:
+        applier = Applier(fake, state, journal, Metrics(), clock=lambda: NOW)
+        assert asyncio.run(applier.apply_all(plan(state, LOST))) == 0
+        assert journal.flush()
+    finally:
+        journal.close()
+    (entry,) = read_history(url, namespace="ns")
+    assert (entry.event, entry.reason) == (JournalEvent.REPLACED, "NodeReplaced")
+    assert entry.placement == {"n2": 1, "n3": 1}
+    assert entry.message == LOST.describe()
