@@ -27,7 +27,8 @@ def _placement(decision: Decision) -> str:
     if not decision.domains:
         return nodes
     where = topology_domain(decision.domains) or "several top-level domains"
-    return f"in {where}: {nodes}"
+    how = "; ".join(sorted(set(decision.spread.values())))
+    return f"in {where} ({how}): {nodes}" if how else f"in {where}: {nodes}"
 
 
 def decisions_table(

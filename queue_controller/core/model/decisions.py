@@ -75,6 +75,9 @@ class Decision:
     # (Placement.domain), and pod set -> its slices (node -> members of each).
     domains: Mapping[str, str] = field(default_factory=dict)
     slices: Mapping[str, tuple[Mapping[str, int], ...]] = field(default_factory=dict)
+    # ... and pod set -> how it was spread, where its Topology's placement (Balanced)
+    # split it over several domains of its level ("balanced over 2 racks").
+    spread: Mapping[str, str] = field(default_factory=dict)
     # On Pending with reason Reserved (and on a ReservationOverrun preemption): the
     # nodes held for it and their start.  None ends any reservation it held.
     reservation: Reservation | None = None
@@ -110,6 +113,8 @@ class Decision:
                 out["domains"] = dict(self.domains)
             if self.slices:
                 out["slices"] = {name: [dict(s) for s in sl] for name, sl in self.slices.items()}
+            if self.spread:
+                out["spread"] = dict(self.spread)
             if self.backfilled_over:
                 out["backfilledOver"] = list(self.backfilled_over)
         if self.reservation is not None:

@@ -237,7 +237,7 @@ class EquivalenceIndex:
         assert fine._by_topology, "a topology shape must be among the index's shapes"
         found = fine._search(shape).place(count, fine._moved)
         if isinstance(found, DomainPlacement):
-            return Placement(found.nodes, found.domain, found.slices)
+            return Placement(found.nodes, found.domain, found.slices, found.note)
         # Too little room anywhere: said as for any gang (over classes that ignore topology).
         explanation = found.explanation or self._explain(shape, count, found.fits)
         return Shortfall(found.fits, count, explanation)
@@ -270,7 +270,7 @@ class EquivalenceIndex:
         members = [Member(fine._search(shape), count) for shape, count in items]
         found = place_group(members, fine._moved, take, fits_on)
         if not isinstance(found, Apart):
-            return [Placement(p.nodes, p.domain, p.slices) for p in found]
+            return [Placement(p.nodes, p.domain, p.slices, p.note) for p in found]
         if found.member is None:
             needed = sum(count for _, count in items)
             return GroupShortfall(None, Shortfall(found.fits, needed, found.explanation))

@@ -81,6 +81,9 @@ class Placement:
     domain: str = ""
     # With slices: node -> members of each slice, in member-index order.
     slices: tuple[Mapping[str, int], ...] = ()
+    # How a split gang was spread, where the Topology's placement chose it ("balanced
+    # over 2 racks"); "" otherwise.
+    note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

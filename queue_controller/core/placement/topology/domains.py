@@ -32,7 +32,7 @@ places the layers below it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from queue_controller.core.model.objects import TopologyMode
@@ -56,6 +56,7 @@ class DomainPlacement:
     nodes: dict[str, int]
     domain: str
     slices: tuple[dict[str, int], ...]
+    note: str = ""  # how a split gang was spread, when a Topology's placement chose it
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +161,7 @@ class DomainSearch:
         self._version = len(moved)
         # A Balanced Topology's preferred gang, when one domain above its level holds it.
         parts = balanced.place(self, count // self.k) if self.ask.balanced else None
-        found = self._placed(parts) if parts else self._search(count)
+        found = self._balanced(parts) if parts else self._search(count)
         if isinstance(found, DomainShortfall):
             self._refused = (count, len(moved), found)
         return found
@@ -245,6 +246,16 @@ class DomainSearch:
                 out += self._fill(part, self.units(part))
                 remaining -= self.units(part)
         return out
+
+    def _balanced(self, parts: Parts) -> DomainPlacement:
+        """Balanced parts, said as such where they span several domains of the level."""
+        found = self._placed(parts)
+        depth = self.ask.depth
+        spanned = {domain.path[: depth + 1] for domain, _ in parts}
+        if len(spanned) < 2:
+            return found
+        level = self.ask.level_name(depth)
+        return replace(found, note=f"balanced over {len(spanned)} {level}s")
 
     def _placed(self, parts: Parts) -> DomainPlacement:
         nodes: dict[str, int] = {}

@@ -83,17 +83,29 @@ def with_topology(
     """The domains (and slices) that pod sets asking for a topology got."""
     domains: dict[str, str] = {}
     slices: dict[str, tuple[Mapping[str, int], ...]] = {}
+    spread: dict[str, str] = {}
     for item, placement in zip(sets, placed, strict=True):
         if item.shape.topology is None:
             continue
         domains[item.pod_set.name] = placement.domain
         if placement.slices:
             slices[item.pod_set.name] = placement.slices
+        if placement.note:
+            spread[item.pod_set.name] = placement.note
     if not domains:
         return decision
-    named = [f"{d or 'spread over top-level domains'}" for d in domains.values()]
+    named = [
+        f"{d or 'spread over top-level domains'}" + (f" ({spread[s]})" if s in spread else "")
+        for s, d in domains.items()
+    ]
     if len(domains) == 1:
         where = f"in domain {named[0]}"
     else:
         where = "in domains " + ", ".join(f"{s}: {d}" for s, d in zip(domains, named, strict=True))
-    return replace(decision, message=f"{decision.message}; {where}", domains=domains, slices=slices)
+    return replace(
+        decision,
+        message=f"{decision.message}; {where}",
+        domains=domains,
+        slices=slices,
+        spread=spread,
+    )
