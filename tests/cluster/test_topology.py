@@ -144,6 +144,26 @@ def test_a_preferred_rack_is_one_rack_when_one_can_hold_the_gang(
     assert running["status"]["topologyDomain"] == rack_of(cluster, next(iter(nodes)))
 
 
+def test_a_balanced_topology_splits_a_preferred_gang_evenly_over_two_racks(
+    cluster: Cluster, namespace: str, objects: Objects
+) -> None:
+    """24 one-GPU members preferring a rack, where a rack holds 16: best fit would put 16
+    in one rack and 8 in the other; a Balanced Topology puts 12 in each, and says so."""
+    team = objects.team_quota(64)
+    topology = objects.topology(BLOCK_LABEL, RACK_LABEL, HOST, placement="Balanced")
+    queue = objects.queue("q", team, topology=topology)
+    body = asking(
+        job("even", queue=queue, gpus=1, pods=24, nodes=h100(0, 1, 2, 3)),
+        **{"kueue.x-k8s.io/podset-preferred-topology": RACK_LABEL},
+    )
+    create(cluster, namespace, body)
+    running = eventually(lambda: objects.phase("even", "Running"), what="even to run")
+    racks = Counter(rack_of(cluster, p.spec.node_name) for p in pods_of(cluster, namespace, "even"))
+    assert sorted(racks.values()) == [12, 12], racks
+    admitted = {c["type"]: c for c in running["status"]["conditions"]}["Admitted"]
+    assert "balanced over 2 racks" in admitted["message"], admitted
+
+
 def test_slices_keep_consecutive_indexes_in_one_rack(
     cluster: Cluster, namespace: str, objects: Objects
 ) -> None:

@@ -110,9 +110,13 @@ class Objects:
         )
         return name
 
-    def topology(self, *labels: str) -> str:
-        """A Topology of these node labels, broadest first."""
+    def topology(self, *labels: str, placement: str = "") -> str:
+        """A Topology of these node labels, broadest first (``placement``: its
+        spec.placement, BestFit or Balanced; absent when empty)."""
         name = f"{self.namespace[:40]}-{secrets.token_hex(2)}"
+        spec: dict[str, Any] = {"levels": [{"nodeLabel": label} for label in labels]}
+        if placement:
+            spec["placement"] = placement
         self.api.create_cluster_custom_object(
             GROUP,
             VERSION,
@@ -121,7 +125,7 @@ class Objects:
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "Topology",
                 "metadata": {"name": name},
-                "spec": {"levels": [{"nodeLabel": label} for label in labels]},
+                "spec": spec,
             },
         )
         self.topologies.append(name)
