@@ -99,8 +99,10 @@ def replaces_lost_nodes(gang: GangSeen, objs: Iterable[Any]) -> bool:
 
     ``objs``: the listed objects (``Located``, or raw objects)."""
     raw = [getattr(o, "obj", o) for o in objs]
-    if not gang.group or not get(gang.group, "status.topologyDomain", str, ""):
-        return False  # only a gang admitted with a topology request has a domain to stay in
+    # Only a gang admitted with a topology request is replaced: its PodGroup records each
+    # such pod set's assignment (the domain may be "", spread over top-level domains).
+    if not gang.group or not (gang.group.get("status") or {}).get("topologyAssignment"):
+        return False
     queue_name = get(gang.group, "spec.queue", str, "")
     queue = next(
         (

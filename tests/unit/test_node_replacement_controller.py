@@ -141,7 +141,8 @@ def test_chaos_marks_replaced_then_running_only_once_the_gang_is_whole_again() -
 
 
 def test_chaos_knows_a_queue_that_replaces_or_its_team_quotas() -> None:
-    admitted = {"spec": {"queue": "q"}, "status": {"topologyDomain": "b/r"}}
+    assignment = {"main": {"domain": "", "slices": []}}  # spread over top-level domains
+    admitted = {"spec": {"queue": "q"}, "status": {"topologyAssignment": assignment}}
     gang = GangSeen("ns", "train", {}, admitted, ())
 
     def queue(**spec: str) -> dict[str, Any]:
