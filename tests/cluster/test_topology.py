@@ -147,8 +147,10 @@ def test_a_preferred_rack_is_one_rack_when_one_can_hold_the_gang(
 def test_a_balanced_topology_splits_a_preferred_gang_evenly_over_two_racks(
     cluster: Cluster, namespace: str, objects: Objects
 ) -> None:
-    """24 one-GPU members preferring a rack, where a rack holds 16: best fit would put 16
-    in one rack and 8 in the other; a Balanced Topology puts 12 in each, and says so."""
+    """24 one-GPU members preferring a rack, where a rack holds 16 (two 8-GPU nodes): they
+    need two racks of the block, and three nodes.  Balanced evens out the level below the
+    preferred one, the nodes (as Kueue's TASBalancedPlacement): 8 on each of the fewest
+    nodes that hold them, and the decision says so."""
     team = objects.team_quota(64)
     topology = objects.topology(BLOCK_LABEL, RACK_LABEL, HOST, placement="Balanced")
     queue = objects.queue("q", team, topology=topology)
@@ -158,10 +160,12 @@ def test_a_balanced_topology_splits_a_preferred_gang_evenly_over_two_racks(
     )
     create(cluster, namespace, body)
     running = eventually(lambda: objects.phase("even", "Running"), what="even to run")
-    racks = Counter(rack_of(cluster, p.spec.node_name) for p in pods_of(cluster, namespace, "even"))
-    assert sorted(racks.values()) == [12, 12], racks
+    pods = pods_of(cluster, namespace, "even")
+    per_node = Counter(p.spec.node_name for p in pods)
+    assert sorted(per_node.values()) == [8, 8, 8], per_node
+    assert len({rack_of(cluster, node) for node in per_node}) == 2
     admitted = {c["type"]: c for c in running["status"]["conditions"]}["Admitted"]
-    assert "balanced over 2 racks" in admitted["message"], admitted
+    assert "balanced: 8 + 8 + 8 over 3 nodes in 2 racks" in admitted["message"], admitted
 
 
 def test_slices_keep_consecutive_indexes_in_one_rack(

@@ -90,8 +90,8 @@ def test_a_balanced_topology_splits_a_preferred_gang_evenly() -> None:
     assert even["placement"] == {"r3-n0": 6, "r4-n0": 6}
     assert even["domains"] == {"main": "b2"}
     # Said as balanced, where best fit's split says nothing more.
-    assert even["spread"] == {"main": "balanced over 2 racks"}
-    assert even["message"].endswith("in domain b2 (balanced over 2 racks)")
+    assert even["spread"] == {"main": "balanced: 6 + 6 over 2 nodes in 2 racks"}
+    assert even["message"].endswith("in domain b2 (balanced: 6 + 6 over 2 nodes in 2 racks)")
     assert "spread" not in packed
     assert required["placement"] == {"r3-n0": 2}
     assert "spread" not in required

@@ -76,7 +76,7 @@ class Decision:
     domains: Mapping[str, str] = field(default_factory=dict)
     slices: Mapping[str, tuple[Mapping[str, int], ...]] = field(default_factory=dict)
     # ... and pod set -> how it was spread, where its Topology's placement (Balanced)
-    # split it over several domains of its level ("balanced over 2 racks").
+    # split it over several domains of its level ("balanced: 6 + 6 over 2 nodes in 2 racks").
     spread: Mapping[str, str] = field(default_factory=dict)
     # On Pending with reason Reserved (and on a ReservationOverrun preemption): the
     # nodes held for it and their start.  None ends any reservation it held.

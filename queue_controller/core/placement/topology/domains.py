@@ -248,14 +248,24 @@ class DomainSearch:
         return out
 
     def _balanced(self, parts: Parts) -> DomainPlacement:
-        """Balanced parts, said as such where they span several domains of the level."""
+        """Balanced parts, said as such where they span several domains of the level: the
+        members each part one level below got (balanced.py evens those out)."""
         found = self._placed(parts)
         depth = self.ask.depth
         spanned = {domain.path[: depth + 1] for domain, _ in parts}
         if len(spanned) < 2:
             return found
+        below_is_node = depth + 1 >= len(self.skeleton.by_depth)
+        counts: dict[object, int] = {}
+        for domain, nodes in parts:
+            for node, members in nodes.items():
+                key = node if below_is_node else domain.path[: depth + 2]
+                counts[key] = counts.get(key, 0) + members
+        below = "node" if below_is_node else self.ask.level_name(depth + 1)
+        shares = " + ".join(str(n) for n in sorted(counts.values(), reverse=True))
         level = self.ask.level_name(depth)
-        return replace(found, note=f"balanced over {len(spanned)} {level}s")
+        note = f"balanced: {shares} over {len(counts)} {below}s in {len(spanned)} {level}s"
+        return replace(found, note=note)
 
     def _placed(self, parts: Parts) -> DomainPlacement:
         nodes: dict[str, int] = {}
