@@ -30,12 +30,11 @@ from queue_controller.controller.replacing import rewrite
 from queue_controller.controller.reservations import is_new, pending_fields, settled_fields
 from queue_controller.controller.status import iso
 from queue_controller.controller.summaries import summaries
-from queue_controller.core.cycle import NOT_REPLACED, CycleResult, lost_reason, policy
+from queue_controller.core.cycle import NOT_REPLACED, CycleResult, lost_reason, replaces
 from queue_controller.core.model import (
     Decision,
     GpuHealth,
     Node,
-    NodeFailure,
     Queue,
     Replacement,
     RequeuePolicy,
@@ -51,7 +50,6 @@ from queue_controller.kube.unread import PROVISIONAL, BrokenGang
 from queue_controller.kube.views import Delete, MemberPod, Ref, Write
 
 HOLDING = frozenset({PodGroupPhase.ADMITTED, PodGroupPhase.RUNNING})
-REPLACE = NodeFailure.REPLACE
 # A PodGroup whose gang has gone (every member pod deleted, no owner to make
 # them again) is deleted after this long, so that an owner recreating evicted
 # pods finds the requeue count and backoff still there.
@@ -98,11 +96,8 @@ class Signals:
         """The nodes of ``plan`` that are gone, NotReady or without a healthy GPU, for a
         gang with a topology request whose Queue replaces them (``onNodeFailure:
         Replace``, the default); none for others, whose members go where the plan says."""
-        queue = gang.queue
-        if self.nodes is None or queue is None or policy(queue, self.quotas) is not REPLACE:
+        if self.nodes is None or not replaces(gang.workload, gang.queue, self.quotas):
             return frozenset()
-        if not any(s.topology is not None for s in gang.workload.pod_sets):
-            return frozenset()  # only such a gang is replaced (core/cycle/replacement.py)
         nodes = self.nodes
         return frozenset(n for n in plan if lost_reason(nodes.get(n)) is not None)
 

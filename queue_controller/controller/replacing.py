@@ -18,6 +18,7 @@ from typing import Any
 from queue_controller.api.v1alpha1 import PodGroupStatus
 from queue_controller.controller.status import iso, topology_domain
 from queue_controller.core.model import Replacement
+from queue_controller.core.placement.topology.slices import common_prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +44,10 @@ def narrowed(domain: str, replacement: Replacement) -> str:
     share the domain both lie in, which may be broader than the old one."""
     if not domain or not replacement.node_domain:
         return domain
-    parts = domain.split("/")
+    parts = tuple(domain.split("/"))
     if parts[-1] == replacement.lost:
         return replacement.node_domain
-    shared = []
-    for mine, theirs in zip(parts, replacement.node_domain.split("/"), strict=False):
-        if mine != theirs:
-            break
-        shared.append(mine)
-    return "/".join(shared)
+    return "/".join(common_prefix([parts, tuple(replacement.node_domain.split("/"))]))
 
 
 def rewrite(

@@ -17,7 +17,7 @@ from queue_controller.core.cycle.admission import (
 from queue_controller.core.cycle.pacing import (
     DEFAULT_CREATION_BACKLOG,
 )
-from queue_controller.core.cycle.replacement import NOT_REPLACED, lost_reason, policy
+from queue_controller.core.cycle.replacement import NOT_REPLACED, lost_reason, policy, replaces
 
 __all__ = [
     "DEFAULT_CREATION_BACKLOG",
@@ -25,5 +25,6 @@ __all__ = [
     "CycleResult",
     "lost_reason",
     "policy",
+    "replaces",
     "schedule",
 ]

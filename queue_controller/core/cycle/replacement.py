@@ -43,6 +43,7 @@ from queue_controller.core.model.objects import (
     NodeFailure,
     Queue,
     TeamQuota,
+    Workload,
 )
 from queue_controller.core.placement.shapes import GangShape, Placement, Placer, SetShape
 from queue_controller.core.rules.gpuhealth import all_gpus_unhealthy
@@ -74,6 +75,16 @@ def policy(queue: Queue, quotas: Mapping[str, TeamQuota]) -> NodeFailure:
     return quota.on_node_failure if quota is not None else NodeFailure.REPLACE
 
 
+def replaces(workload: Workload, queue: Queue | None, quotas: Mapping[str, TeamQuota]) -> bool:
+    """Whether a lost node of the gang's plan is replaced: some pod set asked for a
+    topology (the others have no domain to stay in), and its Queue chose Replace."""
+    return (
+        queue is not None
+        and any(s.topology is not None for s in workload.pod_sets)
+        and policy(queue, quotas) is NodeFailure.REPLACE
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class LostPlan:
     """An admitted gang with lost nodes to replace: pod set -> (lost node, members)."""
@@ -98,10 +109,7 @@ def lost_plans(
         workload = prepared.workload
         if prepared.error or not workload.pod_sets:
             continue
-        if not any(s.topology is not None for s in workload.pod_sets):
-            continue
-        queue = queues.get((workload.namespace, workload.queue))
-        if queue is None or policy(queue, quotas) is not NodeFailure.REPLACE:
+        if not replaces(workload, queues.get((workload.namespace, workload.queue)), quotas):
             continue
         first = workload.pod_sets[0].name
         plans = workload.pod_set_placement or {first: workload.placement}

@@ -92,12 +92,12 @@ class EquivalenceIndex:
         self._by_topology = by_topology
         if not by_topology and any(shape.topology is not None for shape in shapes):
             self._fine = EquivalenceIndex(nodes, used, shapes, by_topology=True)
-        if self._fine is None:
-            nodes = sorted(nodes, key=attrgetter("name"))
-        all_facts = [node_facts(node) for node in nodes] if self._fine is None else []
         if self._fine is not None:
-            self._dims: tuple[str, ...] = self._fine._dims  # the same shapes, the same nodes
+            # The same shapes, the same nodes: its dimensions; its classes are merged below.
+            self._dims: tuple[str, ...] = self._fine._dims
         else:
+            nodes = sorted(nodes, key=attrgetter("name"))
+            all_facts = [node_facts(node) for node in nodes]
             # The gangs' resources, and every accelerator a node offers: whether a node
             # strands accelerators a gang does not use must not depend on which other
             # gangs happen to be pending in the cycle.
